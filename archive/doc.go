@@ -1,0 +1,60 @@
+// Package archive implements the dendro archive, format v4: one SQLite file
+// (WAL mode) whose wal table is both the memtable and the write-ahead log,
+// and whose sealed, immutable segments are opaque BLOBs made by a caller's
+// SegmentEncoder. It knows SQLite and nothing of Prometheus, Parquet or
+// HTTP: rows are opaque bytes keyed by (source, stream, ts), where ts is an
+// int64 in the caller's unit (dendro-receiver uses Unix nanoseconds of
+// receipt) over the whole signed range.
+//
+// The handles:
+//
+//   - Archive (Open) reads. It never writes, so it can be pointed at an
+//     archive another process is writing, at a crashed one, or at one on
+//     read-only media. Each question runs in one snapshot (View).
+//   - Writer (CreateWriter, OpenWriter) is the one writer: a goroutine that
+//     owns the only writing connection, fed by a channel of capacity one.
+//     Readers in any process run beside it and never block it.
+//   - WriteHandle (Create, OpenWrite) is the exclusive handle for recovery,
+//     offline maintenance and tests; while it is open nothing else opens the
+//     file.
+//
+// What a committed append means: Writer.AppendWait returns after the rows'
+// transaction committed at synchronous=FULL. They are then on disk, they
+// survive SIGKILL and power loss, and every reader that starts a snapshot
+// afterwards sees them.
+//
+// Why one writer: SQLite has one write lock. A second writing connection
+// waits on it for busy_timeout and then fails, which looks like a hang; and
+// the writer caches each stream's next seq and sealed watermark, which a
+// second writer would make wrong. So every mutation goes through the writer
+// goroutine, the channel's single slot is the backpressure a slow disk
+// exerts on callers, and that single slot also bounds what an unclean kill
+// can lose to the message waiting in it and the one being committed.
+//
+// Why the seal seam needs no de-duplication: rows are append-only, and a
+// stream reads as its segments in seq order followed by its live tail, the
+// wal rows above the stream's own sealed watermark (MAX(last_ts) of its
+// segments; every row when it has none). A row a segment holds is at or
+// below that watermark, so it is never live; the prune that deletes such
+// rows therefore runs after, and outside, the seal's transaction, as a
+// background optimization with no correctness role. The one requirement is
+// that a reader asks both questions, "which segments" and "which live rows",
+// in one snapshot: two snapshots around a seal would see neither the new
+// segment nor the rows it hides. View provides that snapshot.
+//
+// Caveat: a snapshot pins the sidecar frames it can see, so no checkpoint
+// moves them while it is held and the -wal grows. Hold a snapshot for one
+// answer, never for a reader's life (SegmentBytesAt reopens per fetch).
+//
+// Files: one at rest; the archive plus -wal and -shm while anyone has it
+// open. A clean Writer.Close with no reader open leaves one file. After an
+// unclean kill the sidecars hold every commit since the last checkpoint;
+// any open reads them and OpenWrite folds them back in on close. A copy of
+// the main file alone is stale by at most CheckpointInterval (plus the 4 MiB
+// autocheckpoint); VacuumInto makes an exact copy while the writer runs.
+//
+// Out of order: a row at or below its stream's sealed watermark is dropped
+// and counted (AppendResult, DroppedOutOfOrder). Unsealed rows may arrive in
+// any order. AppendWait with stamp takes ts from the writer itself, so a
+// caller that wants every row kept cannot lose one this way.
+package archive

@@ -1,0 +1,293 @@
+package archive
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"golang.org/x/sys/unix"
+	sqlite3 "modernc.org/sqlite/lib"
+)
+
+// Archive is the read handle. It has no mutators; every method is safe for
+// concurrent use, and each question runs on a pooled read-only connection in
+// one snapshot (see View). It never writes, never checkpoints and never
+// recovers: a crashed archive's sidecar is read, not folded in.
+type Archive struct {
+	path string
+	db   *sql.DB
+	// immutable is true when the archive was opened with immutable=1 on
+	// read-only media (no sidecars, no locks).
+	immutable bool
+	// pinned, when set, is the one connection every question runs on: a
+	// write handle's, which holds the lock (its pool has one slot).
+	pinned *sql.Conn
+}
+
+// Open opens path for reading. The file must carry dendro's header stamp.
+//
+// On read-only media, where SQLite cannot create the -shm it needs for WAL
+// mode, Open reopens with immutable=1 when no -wal sidecar exists. When a
+// -wal exists it refuses instead, because immutable=1 would ignore the
+// commits in it and read the archive short.
+func Open(path string) (*Archive, error) {
+	a, err := openRead(path, false)
+	if err == nil {
+		return a, nil
+	}
+	code := SQLiteCode(err)
+	if code != sqlite3.SQLITE_READONLY && code != sqlite3.SQLITE_CANTOPEN {
+		return nil, err
+	}
+	if _, statErr := os.Lstat(path + "-wal"); statErr == nil {
+		return nil, err // a sidecar holds commits immutable=1 would not see
+	}
+	if _, statErr := os.Stat(path); statErr != nil {
+		return nil, err
+	}
+	return openRead(path, true)
+}
+
+func openRead(path string, immutable bool) (*Archive, error) {
+	params := []string{"mode=ro"}
+	if immutable {
+		params = append(params, "immutable=1")
+	}
+	c, err := newConnector(dsn(path, params...),
+		fmt.Sprintf("PRAGMA busy_timeout=%d", defaultBusyTimeoutMS),
+		fmt.Sprintf("PRAGMA cache_size=%d", readerCacheKiB),
+		"PRAGMA query_only=1")
+	if err != nil {
+		return nil, err
+	}
+	db := sql.OpenDB(c)
+	db.SetMaxIdleConns(4)
+	ctx := context.Background()
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		db.Close()
+		return nil, classifyOpenError(path, err)
+	}
+	err = gate(ctx, conn, path)
+	conn.Close()
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	return &Archive{path: path, db: db, immutable: immutable}, nil
+}
+
+// Path is the archive's file name.
+func (a *Archive) Path() string { return a.path }
+
+// Close releases the handle's connections. It never checkpoints.
+func (a *Archive) Close() error { return a.db.Close() }
+
+// WriteHandle is the exclusive read-write handle: recovery, offline
+// maintenance and tests. It holds SQLite's exclusive lock for its whole
+// life, so nothing else (no Writer, no reader) can open the file meanwhile,
+// and its close checkpoints a crashed archive's sidecar into the file and
+// removes it: that is the recovery open. Its methods must not be called
+// concurrently.
+type WriteHandle struct {
+	Archive
+	conn *sql.Conn // the one connection; it holds the lock (also Archive.pinned)
+}
+
+// Create makes a new archive at path, which must not exist (exclusive
+// create), and returns a write handle on it. The header stamp is
+// checkpointed into the main file before Create returns, so the file alone
+// always opens. On failure nothing is left behind.
+func Create(path string) (*WriteHandle, error) {
+	return create(path, PageSize, writerCacheKiB)
+}
+
+func create(path string, pageSize int, cacheKiB int) (_ *WriteHandle, err error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		if errors.Is(err, os.ErrExist) {
+			return nil, fmt.Errorf("archive: create %s: %w: %w", path, ErrExists, err)
+		}
+		return nil, fmt.Errorf("archive: create %s: %w", path, err)
+	}
+	f.Close()
+	defer func() {
+		if err != nil {
+			removeArchiveFiles(path)
+		}
+	}()
+	c, err := newConnector(dsn(path, "mode=rw"), fmt.Sprintf("PRAGMA busy_timeout=%d", defaultBusyTimeoutMS))
+	if err != nil {
+		return nil, err
+	}
+	db := sql.OpenDB(c)
+	db.SetMaxOpenConns(1)
+	ctx := context.Background()
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		db.Close()
+		return nil, sqlErr("archive: create "+path, err)
+	}
+	h := &WriteHandle{Archive: Archive{path: path, db: db, pinned: conn}, conn: conn}
+	defer func() {
+		if err != nil {
+			h.Close()
+		}
+	}()
+	// Order matters: page_size and auto_vacuum take effect only before the
+	// first table exists, and auto_vacuum cannot be switched on later
+	// without a full VACUUM.
+	for _, stmt := range []string{
+		fmt.Sprintf("PRAGMA page_size=%d", pageSize),
+		"PRAGMA auto_vacuum=INCREMENTAL",
+	} {
+		if _, err := conn.ExecContext(ctx, stmt); err != nil {
+			return nil, sqlErr(stmt, err)
+		}
+	}
+	// journal_mode answers with the mode in force; SQLite refuses WAL
+	// silently on some filesystems, so read it back.
+	var mode string
+	if err := conn.QueryRowContext(ctx, "PRAGMA journal_mode=WAL").Scan(&mode); err != nil {
+		return nil, sqlErr("PRAGMA journal_mode=WAL", err)
+	}
+	if mode != "wal" {
+		return nil, fmt.Errorf("archive: create %s: journal_mode is %q, want wal (is this a local filesystem?)", path, mode)
+	}
+	for _, stmt := range connPragmas(cacheKiB, pageSize) {
+		if _, err := conn.ExecContext(ctx, stmt); err != nil {
+			return nil, sqlErr(stmt, err)
+		}
+	}
+	if _, err := conn.ExecContext(ctx, schemaSQL); err != nil {
+		return nil, sqlErr("archive: create schema", err)
+	}
+	for _, stmt := range []string{
+		fmt.Sprintf("PRAGMA application_id=%d", ApplicationID),
+		fmt.Sprintf("PRAGMA user_version=%d", SchemaVersion),
+	} {
+		if _, err := conn.ExecContext(ctx, stmt); err != nil {
+			return nil, sqlErr(stmt, err)
+		}
+	}
+	// Fold the catalog and the stamp into the main file now: a copy of the
+	// file alone, taken at any later moment, opens as an archive.
+	if _, err := conn.ExecContext(ctx, "PRAGMA wal_checkpoint(PASSIVE)"); err != nil {
+		return nil, sqlErr("archive: create checkpoint", err)
+	}
+	return h, nil
+}
+
+// removeArchiveFiles removes an archive and its sidecars (cleanup of a
+// failed create).
+func removeArchiveFiles(path string) {
+	for _, p := range []string{path, path + "-wal", path + "-shm", path + "-journal"} {
+		os.Remove(p)
+	}
+}
+
+// OpenWrite opens an existing archive exclusively for writing. It is refused
+// with ErrInUse while anything else holds the file (a Writer, a reader,
+// another write handle), with ErrReadOnlyMedia when the file or its
+// directory cannot be written, and with ErrNotAnArchive or
+// ErrUnsupportedSchema by the header stamp. Its Close folds a crashed
+// archive's sidecar back into the file.
+func OpenWrite(path string) (*WriteHandle, error) {
+	if _, err := os.Stat(path); err != nil {
+		return nil, fmt.Errorf("archive: open %s: %w", path, err)
+	}
+	if !writable(path) {
+		return nil, fmt.Errorf("%s: %w", path, ErrReadOnlyMedia)
+	}
+	c, err := newConnector(dsn(path, "mode=rw"),
+		// EXCLUSIVE before the first read: the gate's read takes the lock
+		// and the connection keeps it until it closes.
+		"PRAGMA locking_mode=EXCLUSIVE",
+		fmt.Sprintf("PRAGMA busy_timeout=%d", exclusiveBusyTimeoutMS))
+	if err != nil {
+		return nil, err
+	}
+	db := sql.OpenDB(c)
+	db.SetMaxOpenConns(1)
+	ctx := context.Background()
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		db.Close()
+		return nil, openWriteError(path, err)
+	}
+	h := &WriteHandle{Archive: Archive{path: path, db: db, pinned: conn}, conn: conn}
+	if ro, err := connReadOnly(conn); err != nil || ro {
+		h.Close()
+		if err != nil {
+			return nil, err
+		}
+		return nil, fmt.Errorf("%s: %w", path, ErrReadOnlyMedia)
+	}
+	var mode string
+	if err := conn.QueryRowContext(ctx, "PRAGMA locking_mode").Scan(&mode); err != nil || mode != "exclusive" {
+		h.Close()
+		return nil, fmt.Errorf("archive: open %s: locking_mode is %q, want exclusive (%v)", path, mode, err)
+	}
+	if err := gate(ctx, conn, path); err != nil {
+		h.Close()
+		return nil, openWriteError(path, err)
+	}
+	pageSize, err := pragmaInt(ctx, conn, "page_size")
+	if err != nil {
+		h.Close()
+		return nil, err
+	}
+	for _, stmt := range connPragmas(readerCacheKiB, int(pageSize)) {
+		if _, err := conn.ExecContext(ctx, stmt); err != nil {
+			h.Close()
+			return nil, openWriteError(path, sqlErr(stmt, err))
+		}
+	}
+	return h, nil
+}
+
+func openWriteError(path string, err error) error {
+	switch SQLiteCode(err) {
+	case sqlite3.SQLITE_READONLY, sqlite3.SQLITE_CANTOPEN:
+		if !writable(path) {
+			return fmt.Errorf("%s: %w: %w", path, ErrReadOnlyMedia, err)
+		}
+	case sqlite3.SQLITE_BUSY:
+		if !errors.Is(err, ErrInUse) {
+			return fmt.Errorf("%w: %w", &InUseError{What: path}, err)
+		}
+	}
+	return err
+}
+
+// writable reports whether this process may write both the file and its
+// directory (where SQLite creates the -wal and -shm sidecars).
+func writable(path string) bool {
+	return unix.Access(path, unix.W_OK) == nil && unix.Access(filepath.Dir(path), unix.W_OK) == nil
+}
+
+// connReadOnly asks SQLite whether the main database came up read-only.
+func connReadOnly(conn *sql.Conn) (ro bool, err error) {
+	err = conn.Raw(func(dc any) error {
+		r, ok := dc.(interface{ IsReadOnly(string) (bool, error) })
+		if !ok {
+			return nil
+		}
+		ro, err = r.IsReadOnly("main")
+		return err
+	})
+	return ro, err
+}
+
+// Close releases the exclusive lock. If this is the last connection to the
+// file, SQLite checkpoints the sidecar into it and removes -wal and -shm.
+func (h *WriteHandle) Close() error {
+	err := h.conn.Close()
+	if cerr := h.db.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}

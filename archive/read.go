@@ -1,0 +1,555 @@
+package archive
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+)
+
+// SourceSpec is what a caller gives to start a source: its name (labels),
+// free-form metadata, and the wall-clock anchor of its timeline in Unix
+// nanoseconds.
+type SourceSpec struct {
+	Labels            map[string]string
+	Metadata          map[string]string
+	ClockAnchorWallNS int64
+}
+
+// SourceInfo is one row of sources, as read back.
+type SourceInfo struct {
+	ID SourceID
+	SourceSpec
+	// UUID is the source's identity, carried verbatim by every copy. ""
+	// means unknown (an archive from before the column): never "the same".
+	UUID     string
+	Complete bool
+}
+
+// Span summarizes rows: their count and, when Rows > 0, the first and last
+// ts (inclusive). With Rows == 0 the bounds are zero and meaningless.
+type Span struct {
+	Rows    int64
+	FirstTS int64
+	LastTS  int64
+}
+
+// PageStats describes the file's pages.
+type PageStats struct {
+	Pages    int64
+	Free     int64
+	PageSize int64
+}
+
+// Bytes is the file size the pages occupy (the -wal sidecar not counted).
+func (p PageStats) Bytes() int64 { return p.Pages * p.PageSize }
+
+// ClockOffset is one clock observation of a source: at ts, wall time was
+// ts+OffsetNS.
+type ClockOffset struct {
+	TS       int64
+	OffsetNS int64
+}
+
+// ReadTx is one read snapshot. It is valid only inside the function given
+// to View and must not be used from other goroutines.
+type ReadTx struct {
+	ctx context.Context
+	q   queryer
+}
+
+// View runs fn inside one read snapshot (BEGIN DEFERRED ... ROLLBACK): every
+// question fn asks sees the same committed state, so a seal landing midway
+// can neither hide rows (its segment unseen, its watermark applied) nor show
+// them twice. A snapshot pins the sidecar frames it can see, so checkpoints
+// cannot move them while fn runs: hold it for one answer, not for the life
+// of a reader.
+func (a *Archive) View(ctx context.Context, fn func(tx *ReadTx) error) (err error) {
+	conn, release, err := a.acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer release()
+	if _, err := conn.ExecContext(ctx, "BEGIN DEFERRED"); err != nil {
+		return sqlErr("archive: begin snapshot", err)
+	}
+	defer func() {
+		// Always end the snapshot, even when fn panics; use a fresh context
+		// so a canceled request still releases its snapshot.
+		if _, rerr := conn.ExecContext(context.Background(), "ROLLBACK"); rerr != nil && err == nil {
+			err = sqlErr("archive: end snapshot", rerr)
+		}
+	}()
+	return fn(&ReadTx{ctx: ctx, q: conn})
+}
+
+// acquire returns the connection a question runs on and how to give it back.
+func (a *Archive) acquire(ctx context.Context) (*sql.Conn, func(), error) {
+	if a.pinned != nil {
+		return a.pinned, func() {}, nil
+	}
+	conn, err := a.db.Conn(ctx)
+	if err != nil {
+		return nil, nil, classifyOpenError(a.path, err)
+	}
+	return conn, func() { conn.Close() }, nil
+}
+
+func (tx *ReadTx) hasColumn(table, column string) (bool, error) {
+	rows, err := tx.q.QueryContext(tx.ctx, "SELECT name FROM pragma_table_info(?1)", table)
+	if err != nil {
+		return false, sqlErr("table_info", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			return false, err
+		}
+		if name == column {
+			return true, nil
+		}
+	}
+	return false, rows.Err()
+}
+
+// Sources returns every source, by id. A missing uuid column (an older v4
+// file) reads as unknown identity.
+func (tx *ReadTx) Sources() ([]SourceInfo, error) {
+	return tx.sources("")
+}
+
+// Source returns one source, or an error wrapping ErrNoSource.
+func (tx *ReadTx) Source(id SourceID) (SourceInfo, error) {
+	s, err := tx.sources(fmt.Sprintf(" WHERE id = %d", int64(id)))
+	if err != nil {
+		return SourceInfo{}, err
+	}
+	if len(s) == 0 {
+		return SourceInfo{}, fmt.Errorf("no source with id %d: %w", id, ErrNoSource)
+	}
+	return s[0], nil
+}
+
+func (tx *ReadTx) sources(where string) ([]SourceInfo, error) {
+	uuidCol := "NULL"
+	if ok, err := tx.hasColumn("sources", "uuid"); err != nil {
+		return nil, err
+	} else if ok {
+		uuidCol = "uuid"
+	}
+	rows, err := tx.q.QueryContext(tx.ctx, "SELECT id, labels, metadata, complete, clock_anchor_wall_ns, "+uuidCol+
+		" FROM sources"+where+" ORDER BY id")
+	if err != nil {
+		return nil, sqlErr("read sources", err)
+	}
+	defer rows.Close()
+	var out []SourceInfo
+	for rows.Next() {
+		var s SourceInfo
+		var labels, meta string
+		var uuid sql.NullString
+		if err := rows.Scan(&s.ID, &labels, &meta, &s.Complete, &s.ClockAnchorWallNS, &uuid); err != nil {
+			return nil, sqlErr("read sources", err)
+		}
+		if err := json.Unmarshal([]byte(labels), &s.Labels); err != nil {
+			return nil, fmt.Errorf("archive: source %d: labels are not a JSON object: %w", s.ID, err)
+		}
+		if err := json.Unmarshal([]byte(meta), &s.Metadata); err != nil {
+			return nil, fmt.Errorf("archive: source %d: metadata is not a JSON object: %w", s.ID, err)
+		}
+		if s.Labels == nil {
+			s.Labels = map[string]string{}
+		}
+		if s.Metadata == nil {
+			s.Metadata = map[string]string{}
+		}
+		s.UUID = uuid.String
+		out = append(out, s)
+	}
+	return out, rows.Err()
+}
+
+// Streams is the union of stream names in segments and wal for a source,
+// sorted. This set is the stream list: there is no streams table.
+func (tx *ReadTx) Streams(source SourceID) ([]string, error) {
+	return tx.strings(`SELECT stream FROM segments WHERE source_id = ?1
+		UNION SELECT stream FROM wal WHERE source_id = ?1 ORDER BY 1`, source)
+}
+
+func (tx *ReadTx) strings(query string, args ...any) ([]string, error) {
+	rows, err := tx.q.QueryContext(tx.ctx, query, args...)
+	if err != nil {
+		return nil, sqlErr("archive: query", err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	return out, rows.Err()
+}
+
+// SegmentMetas returns a stream's segments in seq order without their bytes
+// (the index is included). Readers must order by seq, never by time.
+func (tx *ReadTx) SegmentMetas(source SourceID, stream string) ([]StoredSegment, error) {
+	return tx.segments(`SELECT seq, rows, first_ts, last_ts, length(bytes), caller_index, NULL FROM segments
+		WHERE source_id = ?1 AND stream = ?2 ORDER BY seq`, source, stream)
+}
+
+// Segments returns a stream's segments with their bytes, in seq order. The
+// ORDER BY is load-bearing: without it the planner may walk
+// segments_by_time, which is ordered by last_ts.
+func (tx *ReadTx) Segments(source SourceID, stream string) ([]StoredSegment, error) {
+	return tx.segments(`SELECT seq, rows, first_ts, last_ts, length(bytes), caller_index, bytes FROM segments
+		WHERE source_id = ?1 AND stream = ?2 ORDER BY seq`, source, stream)
+}
+
+// SegmentsOverlapping returns, in seq order and whole, the segments whose
+// [first_ts, last_ts] meets [start, end] (inclusive), with their bytes.
+func (tx *ReadTx) SegmentsOverlapping(source SourceID, stream string, start, end int64) ([]StoredSegment, error) {
+	return tx.segments(`SELECT seq, rows, first_ts, last_ts, length(bytes), caller_index, bytes FROM segments
+		WHERE source_id = ?1 AND stream = ?2 AND last_ts >= ?3 AND first_ts <= ?4 ORDER BY seq`,
+		source, stream, start, end)
+}
+
+// SegmentBytes returns one segment's bytes; ok is false when it is absent.
+func (tx *ReadTx) SegmentBytes(source SourceID, stream string, seq int64) (b []byte, ok bool, err error) {
+	err = tx.q.QueryRowContext(tx.ctx, `SELECT bytes FROM segments WHERE source_id = ?1 AND stream = ?2 AND seq = ?3`,
+		source, stream, seq).Scan(&b)
+	if err == sql.ErrNoRows {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, sqlErr("read segment", err)
+	}
+	return b, true, nil
+}
+
+func (tx *ReadTx) segments(query string, args ...any) ([]StoredSegment, error) {
+	rows, err := tx.q.QueryContext(tx.ctx, query, args...)
+	if err != nil {
+		return nil, sqlErr("read segments", err)
+	}
+	defer rows.Close()
+	var out []StoredSegment
+	for rows.Next() {
+		var s StoredSegment
+		if err := rows.Scan(&s.Seq, &s.Rows, &s.FirstTS, &s.LastTS, &s.Size, &s.Index, &s.Bytes); err != nil {
+			return nil, sqlErr("read segments", err)
+		}
+		out = append(out, s)
+	}
+	return out, rows.Err()
+}
+
+// WAL returns a stream's raw wal rows by ts, shadowed rows included (rows
+// at or below the sealed watermark that the prune has not yet removed).
+func (tx *ReadTx) WAL(source SourceID, stream string) ([]Row, error) {
+	return tx.rows(`SELECT stream, ts, wall_offset, row FROM wal WHERE source_id = ?1 AND stream = ?2 ORDER BY ts`,
+		source, stream)
+}
+
+// LiveWAL returns a stream's live rows by ts: those above its own sealed
+// watermark, or all of them when it has never sealed.
+func (tx *ReadTx) LiveWAL(source SourceID, stream string) ([]Row, error) {
+	return tx.rows(`SELECT stream, ts, wall_offset, row FROM wal WHERE `+liveStream+` ORDER BY ts`, source, stream)
+}
+
+// LiveWALRange is LiveWAL restricted to start <= ts <= end.
+func (tx *ReadTx) LiveWALRange(source SourceID, stream string, start, end int64) ([]Row, error) {
+	return tx.rows(`SELECT stream, ts, wall_offset, row FROM wal WHERE `+liveStream+` AND ts >= ?3 AND ts <= ?4 ORDER BY ts`,
+		source, stream, start, end)
+}
+
+func (tx *ReadTx) rows(query string, args ...any) ([]Row, error) {
+	rs, err := tx.q.QueryContext(tx.ctx, query, args...)
+	if err != nil {
+		return nil, sqlErr("read wal", err)
+	}
+	defer rs.Close()
+	var out []Row
+	for rs.Next() {
+		var r Row
+		if err := rs.Scan(&r.Stream, &r.TS, &r.WallOffset, &r.Data); err != nil {
+			return nil, sqlErr("read wal", err)
+		}
+		out = append(out, r)
+	}
+	return out, rs.Err()
+}
+
+// LiveSpan counts a stream's live rows and their ts bounds, under the same
+// predicate LiveWAL uses.
+func (tx *ReadTx) LiveSpan(source SourceID, stream string) (Span, error) {
+	return tx.span(`SELECT COUNT(*), COALESCE(MIN(ts), 0), COALESCE(MAX(ts), 0) FROM wal WHERE `+liveStream, source, stream)
+}
+
+// SegmentSpan returns how many segments a stream has and the span of rows
+// they hold, from the catalog alone (no BLOB is read).
+func (tx *ReadTx) SegmentSpan(source SourceID, stream string) (count int64, span Span, err error) {
+	err = tx.q.QueryRowContext(tx.ctx, `SELECT COUNT(*), COALESCE(SUM(rows), 0), COALESCE(MIN(first_ts), 0), COALESCE(MAX(last_ts), 0)
+		FROM segments WHERE source_id = ?1 AND stream = ?2`, source, stream).Scan(&count, &span.Rows, &span.FirstTS, &span.LastTS)
+	return count, span, sqlErr("segment span", err)
+}
+
+func (tx *ReadTx) span(query string, args ...any) (s Span, err error) {
+	err = tx.q.QueryRowContext(tx.ctx, query, args...).Scan(&s.Rows, &s.FirstTS, &s.LastTS)
+	return s, sqlErr("span", err)
+}
+
+// StreamBytes is the total size of a stream's segment BLOBs.
+func (tx *ReadTx) StreamBytes(source SourceID, stream string) (n int64, err error) {
+	err = tx.q.QueryRowContext(tx.ctx, `SELECT COALESCE(SUM(length(bytes)), 0) FROM segments WHERE source_id = ?1 AND stream = ?2`,
+		source, stream).Scan(&n)
+	return n, sqlErr("stream bytes", err)
+}
+
+// SizeAt is one segment's newest ts and size: what a size cap walks.
+type SizeAt struct {
+	LastTS int64
+	Bytes  int64
+}
+
+// SegmentSizes lists a source's segments oldest (by last_ts) first.
+func (tx *ReadTx) SegmentSizes(source SourceID) ([]SizeAt, error) {
+	rows, err := tx.q.QueryContext(tx.ctx, `SELECT last_ts, length(bytes) FROM segments WHERE source_id = ?1 ORDER BY last_ts`, source)
+	if err != nil {
+		return nil, sqlErr("segment sizes", err)
+	}
+	defer rows.Close()
+	var out []SizeAt
+	for rows.Next() {
+		var s SizeAt
+		if err := rows.Scan(&s.LastTS, &s.Bytes); err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	return out, rows.Err()
+}
+
+// TotalRows sums rows over a stream's segments (wal rows not included).
+func (tx *ReadTx) TotalRows(source SourceID, stream string) (n int64, err error) {
+	err = tx.q.QueryRowContext(tx.ctx, `SELECT COALESCE(SUM(rows), 0) FROM segments WHERE source_id = ?1 AND stream = ?2`,
+		source, stream).Scan(&n)
+	return n, sqlErr("total rows", err)
+}
+
+// SealedWatermarks returns source -> stream -> newest sealed last_ts. A
+// stream that has never sealed has no entry.
+func (tx *ReadTx) SealedWatermarks() (map[SourceID]map[string]int64, error) {
+	rows, err := tx.q.QueryContext(tx.ctx, `SELECT source_id, stream, MAX(last_ts) FROM segments GROUP BY source_id, stream`)
+	if err != nil {
+		return nil, sqlErr("sealed watermarks", err)
+	}
+	defer rows.Close()
+	out := map[SourceID]map[string]int64{}
+	for rows.Next() {
+		var src SourceID
+		var stream string
+		var w int64
+		if err := rows.Scan(&src, &stream, &w); err != nil {
+			return nil, err
+		}
+		if out[src] == nil {
+			out[src] = map[string]int64{}
+		}
+		out[src][stream] = w
+	}
+	return out, rows.Err()
+}
+
+type streamKey struct {
+	source SourceID
+	stream string
+}
+
+// nextSeqs returns MAX(seq)+1 per (source, stream).
+func (tx *ReadTx) nextSeqs() (map[streamKey]int64, error) {
+	rows, err := tx.q.QueryContext(tx.ctx, `SELECT source_id, stream, MAX(seq) + 1 FROM segments GROUP BY source_id, stream`)
+	if err != nil {
+		return nil, sqlErr("next seqs", err)
+	}
+	defer rows.Close()
+	out := map[streamKey]int64{}
+	for rows.Next() {
+		var k streamKey
+		var n int64
+		if err := rows.Scan(&k.source, &k.stream, &n); err != nil {
+			return nil, err
+		}
+		out[k] = n
+	}
+	return out, rows.Err()
+}
+
+// newestTS returns the newest ts a stream holds (segments or wal, shadowed
+// rows included); ok is false when it holds nothing.
+func (tx *ReadTx) newestTS(source SourceID, stream string) (ts int64, ok bool, err error) {
+	var v sql.NullInt64
+	err = tx.q.QueryRowContext(tx.ctx, `SELECT MAX(m) FROM (
+		SELECT MAX(last_ts) AS m FROM segments WHERE source_id = ?1 AND stream = ?2
+		UNION ALL SELECT MAX(ts) FROM wal WHERE source_id = ?1 AND stream = ?2)`, source, stream).Scan(&v)
+	return v.Int64, v.Valid, sqlErr("newest ts", err)
+}
+
+// SourceLastTS returns the newest row a source holds across its segments and
+// its live wal rows; ok is false when it holds none.
+func (tx *ReadTx) SourceLastTS(source SourceID) (ts int64, ok bool, err error) {
+	var v sql.NullInt64
+	err = tx.q.QueryRowContext(tx.ctx, `SELECT MAX(m) FROM (
+		SELECT MAX(last_ts) AS m FROM segments WHERE source_id = ?1
+		UNION ALL SELECT MAX(ts) FROM wal WHERE source_id = ?1 AND `+liveRow+`)`, source).Scan(&v)
+	return v.Int64, v.Valid, sqlErr("source last ts", err)
+}
+
+// ClockOffsets returns a source's clock observations by ts.
+func (tx *ReadTx) ClockOffsets(source SourceID) ([]ClockOffset, error) {
+	rows, err := tx.q.QueryContext(tx.ctx, `SELECT ts, offset_ns FROM clock_offsets WHERE source_id = ?1 ORDER BY ts`, source)
+	if err != nil {
+		return nil, sqlErr("clock offsets", err)
+	}
+	defer rows.Close()
+	var out []ClockOffset
+	for rows.Next() {
+		var c ClockOffset
+		if err := rows.Scan(&c.TS, &c.OffsetNS); err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	return out, rows.Err()
+}
+
+// PageStats reads page_count, freelist_count and page_size.
+func (tx *ReadTx) PageStats() (PageStats, error) {
+	var p PageStats
+	var err error
+	if p.Pages, err = pragmaInt(tx.ctx, tx.q, "page_count"); err != nil {
+		return p, err
+	}
+	if p.Free, err = pragmaInt(tx.ctx, tx.q, "freelist_count"); err != nil {
+		return p, err
+	}
+	p.PageSize, err = pragmaInt(tx.ctx, tx.q, "page_size")
+	return p, err
+}
+
+// WALRowCount counts every wal row (shadowed included) of a source, or of
+// the whole archive when source is 0.
+func (tx *ReadTx) WALRowCount(source SourceID) (n int64, err error) {
+	q := `SELECT COUNT(*) FROM wal`
+	var args []any
+	if source != 0 {
+		q += ` WHERE source_id = ?1`
+		args = append(args, source)
+	}
+	err = tx.q.QueryRowContext(tx.ctx, q, args...).Scan(&n)
+	return n, sqlErr("wal rows", err)
+}
+
+// StreamSegments is a stream's whole answer in seq order: its sealed
+// segments' bytes, then its live tail materialized through enc (when it has
+// one). Nothing de-duplicates the seam: the live predicate already excludes
+// every row a segment holds.
+func (tx *ReadTx) StreamSegments(source SourceID, stream string, enc SegmentEncoder) ([][]byte, error) {
+	segs, err := tx.Segments(source, stream)
+	if err != nil {
+		return nil, err
+	}
+	out := make([][]byte, 0, len(segs)+1)
+	for _, s := range segs {
+		out = append(out, s.Bytes)
+	}
+	live, err := tx.LiveWAL(source, stream)
+	if err != nil {
+		return nil, err
+	}
+	tail, err := Materialize(enc, stream, live)
+	if err != nil {
+		return nil, err
+	}
+	if tail != nil {
+		out = append(out, tail.Bytes)
+	}
+	return out, nil
+}
+
+// StreamRange returns the segments overlapping [start, end] whole, then the
+// live tail trimmed to [start, end] and materialized.
+func (tx *ReadTx) StreamRange(source SourceID, stream string, start, end int64, enc SegmentEncoder) ([][]byte, error) {
+	segs, err := tx.SegmentsOverlapping(source, stream, start, end)
+	if err != nil {
+		return nil, err
+	}
+	var out [][]byte
+	for _, s := range segs {
+		out = append(out, s.Bytes)
+	}
+	live, err := tx.LiveWALRange(source, stream, start, end)
+	if err != nil {
+		return nil, err
+	}
+	tail, err := Materialize(enc, stream, live)
+	if err != nil {
+		return nil, err
+	}
+	if tail != nil {
+		out = append(out, tail.Bytes)
+	}
+	return out, nil
+}
+
+// StreamIndexes returns the sealed segments' indexes in seq order, then the
+// live tail's when it materializes.
+func (tx *ReadTx) StreamIndexes(source SourceID, stream string, enc SegmentEncoder) ([][]byte, error) {
+	metas, err := tx.SegmentMetas(source, stream)
+	if err != nil {
+		return nil, err
+	}
+	var out [][]byte
+	for _, m := range metas {
+		out = append(out, m.Index)
+	}
+	live, err := tx.LiveWAL(source, stream)
+	if err != nil {
+		return nil, err
+	}
+	tail, err := Materialize(enc, stream, live)
+	if err != nil {
+		return nil, err
+	}
+	if tail != nil {
+		out = append(out, tail.Index)
+	}
+	return out, nil
+}
+
+// Probe returns the stream's first sealed segment (lowest seq), or else its
+// materialized live tail; nil when the stream holds no rows.
+func (tx *ReadTx) Probe(source SourceID, stream string, enc SegmentEncoder) ([]byte, error) {
+	var seq int64
+	err := tx.q.QueryRowContext(tx.ctx, `SELECT MIN(seq) FROM segments WHERE source_id = ?1 AND stream = ?2 HAVING COUNT(*) > 0`,
+		source, stream).Scan(&seq)
+	if err == nil {
+		b, _, err := tx.SegmentBytes(source, stream, seq)
+		return b, err
+	}
+	if err != sql.ErrNoRows {
+		return nil, sqlErr("probe", err)
+	}
+	live, err := tx.LiveWAL(source, stream)
+	if err != nil {
+		return nil, err
+	}
+	tail, err := Materialize(enc, stream, live)
+	if err != nil || tail == nil {
+		return nil, err
+	}
+	return tail.Bytes, nil
+}
