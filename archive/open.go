@@ -94,7 +94,8 @@ func (a *Archive) Close() error { return a.db.Close() }
 // concurrently.
 type WriteHandle struct {
 	Archive
-	conn *sql.Conn // the one connection; it holds the lock (also Archive.pinned)
+	conn      *sql.Conn // the one connection; it holds the lock (also Archive.pinned)
+	exclusive bool      // opened by OpenWrite with locking_mode=EXCLUSIVE
 }
 
 // Create makes a new archive at path, which must not exist (exclusive
@@ -218,7 +219,7 @@ func OpenWrite(path string) (*WriteHandle, error) {
 		db.Close()
 		return nil, openWriteError(path, err)
 	}
-	h := &WriteHandle{Archive: Archive{path: path, db: db, pinned: conn}, conn: conn}
+	h := &WriteHandle{Archive: Archive{path: path, db: db, pinned: conn}, conn: conn, exclusive: true}
 	if ro, err := connReadOnly(conn); err != nil || ro {
 		h.Close()
 		if err != nil {
@@ -282,12 +283,40 @@ func connReadOnly(conn *sql.Conn) (ro bool, err error) {
 	return ro, err
 }
 
-// Close releases the exclusive lock. If this is the last connection to the
-// file, SQLite checkpoints the sidecar into it and removes -wal and -shm.
+// Close releases the handle. If it is the last connection to the file,
+// SQLite checkpoints the sidecar into it and removes -wal and -shm: after
+// the recovery open of a crashed archive, one file remains.
 func (h *WriteHandle) Close() error {
 	err := h.conn.Close()
 	if cerr := h.db.Close(); err == nil {
 		err = cerr
 	}
+	if err == nil && h.exclusive {
+		err = h.tidySidecars()
+	}
 	return err
+}
+
+// tidySidecars removes a -shm an exclusive connection leaves behind. In
+// EXCLUSIVE locking mode SQLite keeps the WAL index in heap memory and never
+// touches the -shm file, so it does not unlink a crashed writer's -shm on
+// close (the -wal it does fold in and remove). One ordinary connection,
+// opened and closed, lets SQLite itself remove both: it deletes sidecars
+// only when it is the last connection, so this is safe if another process
+// opened the file meanwhile.
+func (h *WriteHandle) tidySidecars() error {
+	if _, err := os.Lstat(h.path + "-shm"); err != nil {
+		return nil
+	}
+	c, err := newConnector(dsn(h.path, "mode=rw"), fmt.Sprintf("PRAGMA busy_timeout=%d", defaultBusyTimeoutMS))
+	if err != nil {
+		return err
+	}
+	db := sql.OpenDB(c)
+	defer db.Close()
+	var v int64
+	if err := db.QueryRow("PRAGMA application_id").Scan(&v); err != nil {
+		return sqlErr("archive: close "+h.path, err)
+	}
+	return nil
 }

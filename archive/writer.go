@@ -62,6 +62,7 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+	sqlite "modernc.org/sqlite"
 )
 
 // Writer constants (reference values).
@@ -157,12 +158,16 @@ type WriterStats struct {
 	Checkpoints      int64
 	CheckpointErrors int64
 	Reclaims         int64
+	// PagesWritten counts pages the writer's connection wrote to the -wal
+	// sidecar (SQLite's CACHE_WRITE); each costs PageSize+24 bytes there.
+	PagesWritten int64
 }
 
 type writerCounters struct {
 	commits, rowsCommitted, rowsDropped, droppedTicks, retries, commitNanos   atomic.Int64
 	seals, segmentBytes, sealNanos, deferredSeals, compactions, evictions     atomic.Int64
 	evictedSegments, evictedLiveRows, checkpoints, checkpointErrors, reclaims atomic.Int64
+	pagesWritten                                                              atomic.Int64
 }
 
 // Stats returns a snapshot of the writer's counters.
@@ -175,6 +180,7 @@ func (w *Writer) Stats() WriterStats {
 		DeferredSeals: c.deferredSeals.Load(), Compactions: c.compactions.Load(), Evictions: c.evictions.Load(),
 		EvictedSegments: c.evictedSegments.Load(), EvictedLiveRows: c.evictedLiveRows.Load(),
 		Checkpoints: c.checkpoints.Load(), CheckpointErrors: c.checkpointErrors.Load(), Reclaims: c.reclaims.Load(),
+		PagesWritten: c.pagesWritten.Load(),
 	}
 }
 
@@ -735,7 +741,22 @@ func (l *loop) view(fn func(*ReadTx) error) error {
 }
 
 func (l *loop) update(fn func(*WriteTx) error) error {
-	return update(context.Background(), l.conn, l.insertWAL, fn)
+	err := update(context.Background(), l.conn, l.insertWAL, fn)
+	l.countPagesWritten()
+	return err
+}
+
+// countPagesWritten moves SQLite's per-connection count of pages written
+// (to the sidecar, in WAL mode) into the writer's stats.
+func (l *loop) countPagesWritten() {
+	l.conn.Raw(func(dc any) error {
+		if st, ok := dc.(sqlite.DBStatus); ok {
+			if n, _, err := st.Status(sqlite.DBStatusCacheWrite, true); err == nil {
+				l.w.stats.pagesWritten.Add(int64(n))
+			}
+		}
+		return nil
+	})
 }
 
 // withRetries runs op, retrying retryable SQLite failures on the backoff
