@@ -203,4 +203,3 @@ func BenchmarkReadStream(b *testing.B) {
 		})
 	}
 }
-

@@ -268,9 +268,13 @@ func TestForeignFilesAreRefusedAndLeftAlone(t *testing.T) {
 	execSQL(t, newer, "PRAGMA user_version=5")
 
 	opens := map[string]func(string) error{
-		"Open":       func(p string) error { a, err := archive.Open(p); closeIf(a, err); return err },
-		"OpenWrite":  func(p string) error { h, err := archive.OpenWrite(p); closeIf(h, err); return err },
-		"OpenWriter": func(p string) error { w, err := archive.OpenWriter(p, archive.WriterOptions{Encoder: at.Tags{}}); closeIf(w, err); return err },
+		"Open":      func(p string) error { a, err := archive.Open(p); closeIf(a, err); return err },
+		"OpenWrite": func(p string) error { h, err := archive.OpenWrite(p); closeIf(h, err); return err },
+		"OpenWriter": func(p string) error {
+			w, err := archive.OpenWriter(p, archive.WriterOptions{Encoder: at.Tags{}})
+			closeIf(w, err)
+			return err
+		},
 		"CreateWriter": func(p string) error {
 			w, err := archive.CreateWriter(p, archive.WriterOptions{Encoder: at.Tags{}})
 			closeIf(w, err)
