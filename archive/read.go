@@ -458,6 +458,9 @@ func (tx *ReadTx) WALRowCount(source SourceID) (n int64, err error) {
 // one). Nothing de-duplicates the seam: the live predicate already excludes
 // every row a segment holds.
 func (tx *ReadTx) StreamSegments(source SourceID, stream string, enc SegmentEncoder) ([][]byte, error) {
+	if err := tx.checkEncoder(source, enc); err != nil {
+		return nil, err
+	}
 	segs, err := tx.Segments(source, stream)
 	if err != nil {
 		return nil, err
@@ -483,6 +486,9 @@ func (tx *ReadTx) StreamSegments(source SourceID, stream string, enc SegmentEnco
 // StreamRange returns the segments overlapping [start, end] whole, then the
 // live tail trimmed to [start, end] and materialized.
 func (tx *ReadTx) StreamRange(source SourceID, stream string, start, end int64, enc SegmentEncoder) ([][]byte, error) {
+	if err := tx.checkEncoder(source, enc); err != nil {
+		return nil, err
+	}
 	segs, err := tx.SegmentsOverlapping(source, stream, start, end)
 	if err != nil {
 		return nil, err
@@ -508,6 +514,9 @@ func (tx *ReadTx) StreamRange(source SourceID, stream string, start, end int64, 
 // StreamIndexes returns the sealed segments' indexes in seq order, then the
 // live tail's when it materializes.
 func (tx *ReadTx) StreamIndexes(source SourceID, stream string, enc SegmentEncoder) ([][]byte, error) {
+	if err := tx.checkEncoder(source, enc); err != nil {
+		return nil, err
+	}
 	metas, err := tx.SegmentMetas(source, stream)
 	if err != nil {
 		return nil, err
@@ -533,6 +542,9 @@ func (tx *ReadTx) StreamIndexes(source SourceID, stream string, enc SegmentEncod
 // Probe returns the stream's first sealed segment (lowest seq), or else its
 // materialized live tail; nil when the stream holds no rows.
 func (tx *ReadTx) Probe(source SourceID, stream string, enc SegmentEncoder) ([]byte, error) {
+	if err := tx.checkEncoder(source, enc); err != nil {
+		return nil, err
+	}
 	var seq int64
 	err := tx.q.QueryRowContext(tx.ctx, `SELECT MIN(seq) FROM segments WHERE source_id = ?1 AND stream = ?2 HAVING COUNT(*) > 0`,
 		source, stream).Scan(&seq)
@@ -552,4 +564,17 @@ func (tx *ReadTx) Probe(source SourceID, stream string, enc SegmentEncoder) ([]b
 		return nil, err
 	}
 	return tail.Bytes, nil
+}
+
+// checkEncoder refuses a versioned encoder that is not the one the source
+// was written with (an unversioned encoder is never checked here).
+func (tx *ReadTx) checkEncoder(source SourceID, enc SegmentEncoder) error {
+	if enc.Version() == "" {
+		return nil
+	}
+	s, err := tx.Source(source)
+	if err != nil {
+		return err
+	}
+	return CheckEncoder(source, s.Metadata, enc)
 }

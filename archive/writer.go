@@ -161,13 +161,19 @@ type WriterStats struct {
 	// PagesWritten counts pages the writer's connection wrote to the -wal
 	// sidecar (SQLite's CACHE_WRITE); each costs PageSize+24 bytes there.
 	PagesWritten int64
+	// GroupedCommits counts transactions that committed several waiting
+	// appends together (group commit).
+	GroupedCommits int64
+	// GroupFallbacks counts groups whose shared transaction failed, so each
+	// of their appends was committed on its own.
+	GroupFallbacks int64
 }
 
 type writerCounters struct {
 	commits, rowsCommitted, rowsDropped, droppedTicks, retries, commitNanos   atomic.Int64
 	seals, segmentBytes, sealNanos, deferredSeals, compactions, evictions     atomic.Int64
 	evictedSegments, evictedLiveRows, checkpoints, checkpointErrors, reclaims atomic.Int64
-	pagesWritten                                                              atomic.Int64
+	pagesWritten, groupedCommits, groupFallbacks                              atomic.Int64
 }
 
 // Stats returns a snapshot of the writer's counters.
@@ -180,7 +186,8 @@ func (w *Writer) Stats() WriterStats {
 		DeferredSeals: c.deferredSeals.Load(), Compactions: c.compactions.Load(), Evictions: c.evictions.Load(),
 		EvictedSegments: c.evictedSegments.Load(), EvictedLiveRows: c.evictedLiveRows.Load(),
 		Checkpoints: c.checkpoints.Load(), CheckpointErrors: c.checkpointErrors.Load(), Reclaims: c.reclaims.Load(),
-		PagesWritten: c.pagesWritten.Load(),
+		PagesWritten: c.pagesWritten.Load(), GroupedCommits: c.groupedCommits.Load(),
+		GroupFallbacks: c.groupFallbacks.Load(),
 	}
 }
 
@@ -803,13 +810,15 @@ func (l *loop) run() {
 	for {
 		select {
 		case msg := <-l.w.reqs:
-			if _, ok := msg.(msgShutdown); ok {
-				l.closeCleanly()
-				return
-			}
-			l.apply(msg)
-			if l.failed() {
-				return
+			for msg != nil {
+				if _, ok := msg.(msgShutdown); ok {
+					l.closeCleanly()
+					return
+				}
+				msg = l.applyOrGroup(msg)
+				if l.failed() {
+					return
+				}
 			}
 		case <-tick:
 		}
@@ -834,6 +843,44 @@ func (l *loop) checkpoint() error {
 	}
 	l.w.stats.checkpoints.Add(1)
 	return nil
+}
+
+// maxGroup bounds how many waiting appends one group commit takes.
+const maxGroup = 64
+
+// applyOrGroup applies msg. A waiting append is grouped with the waiting
+// appends queued behind it: when the loop takes the channel's one message,
+// the runtime moves a blocked sender's message into the slot at once, so a
+// non-blocking receive drains every caller already waiting. It returns the
+// first message it took that does not belong to the group, to be applied
+// next.
+func (l *loop) applyOrGroup(msg message) message {
+	a, ok := msg.(msgAppend)
+	if !ok || a.reply == nil {
+		l.apply(msg)
+		return nil
+	}
+	group := []msgAppend{a}
+	var next message
+	for next == nil && len(group) < maxGroup {
+		select {
+		case m := <-l.w.reqs:
+			if b, ok := m.(msgAppend); ok && b.reply != nil {
+				group = append(group, b)
+			} else {
+				next = m
+			}
+		default:
+			goto commit
+		}
+	}
+commit:
+	if len(group) == 1 {
+		a.reply <- l.appendTick(a.ticks, a.stamp)
+	} else {
+		l.appendGroup(group)
+	}
+	return next
 }
 
 func (l *loop) apply(msg message) {
@@ -1066,92 +1113,185 @@ func appendEvent(tx *WriteTx, source SourceID, ts int64, details, sessionID stri
 	return tx.PatchMetadata(source, map[string]string{MetadataKeyEvents: string(b)})
 }
 
+// tick is one append message being applied: its result so far, and the
+// rows that survived the floor and watermark filters.
+type tick struct {
+	res   AppendResult
+	index map[streamKey]int
+	kept  []SourceRows
+}
+
+func (t *tick) entry(src SourceID, stream string) *StreamResult {
+	k := streamKey{src, stream}
+	i, ok := t.index[k]
+	if !ok {
+		i = len(t.res.Streams)
+		t.index[k] = i
+		t.res.Streams = append(t.res.Streams, StreamResult{Source: src, Stream: stream})
+	}
+	return &t.res.Streams[i]
+}
+
 // appendTick commits one tick: floors and watermarks filter rows, then ONE
 // transaction inserts every source's rows (one fsync).
 func (l *loop) appendTick(ticks []SourceRows, stamp bool) AppendResult {
-	var res AppendResult
-	index := map[streamKey]int{}
-	entry := func(src SourceID, stream string) *StreamResult {
-		k := streamKey{src, stream}
-		i, ok := index[k]
-		if !ok {
-			i = len(res.Streams)
-			index[k] = i
-			res.Streams = append(res.Streams, StreamResult{Source: src, Stream: stream})
-		}
-		return &res.Streams[i]
+	t, ok := l.prepareTick(ticks, stamp)
+	if ok {
+		l.commitTick(t)
 	}
-	if stamp {
-		if err := l.stamp(ticks); err != nil {
+	return t.res
+}
+
+// appendGroup commits several waiting appends in one transaction (group
+// commit: one fsync for all). Each append is whole in that transaction and
+// its caller is answered only after the commit, so what a reply promises is
+// unchanged. If the shared transaction fails, each append is committed on
+// its own, so one append's failure is not another's.
+func (l *loop) appendGroup(msgs []msgAppend) {
+	ticks := make([]*tick, len(msgs))
+	var rows int
+	for i, m := range msgs {
+		t, ok := l.prepareTick(m.ticks, m.stamp)
+		if !ok {
+			for j := i + 1; j < len(msgs); j++ {
+				msgs[j].reply <- AppendResult{Streams: droppedAll(msgs[j].ticks, l.w.stoppedErr())}
+			}
+			msgs[i].reply <- t.res
+			for j := 0; j < i; j++ {
+				msgs[j].reply <- AppendResult{Streams: droppedAll(msgs[j].ticks, l.w.stoppedErr())}
+			}
+			return
+		}
+		ticks[i] = t
+		for _, k := range t.kept {
+			rows += len(k.Rows)
+		}
+	}
+	if rows > 0 {
+		begin := time.Now()
+		err := l.update(func(tx *WriteTx) error {
 			for _, t := range ticks {
-				for _, r := range t.Rows {
-					e := entry(t.Source, r.Stream)
-					e.Dropped++
-					e.Err = err
+				for _, k := range t.kept {
+					if err := tx.InsertWALRows(k.Source, k.Rows); err != nil {
+						return err
+					}
 				}
 			}
-			l.fail(err)
-			return res
+			return nil
+		})
+		l.w.stats.commitNanos.Add(int64(time.Since(begin)))
+		if err == nil {
+			for _, t := range ticks {
+				l.committed(t)
+			}
+			l.consecutiveDropped = 0
+			l.w.stats.groupedCommits.Add(1)
+		} else {
+			l.w.stats.groupFallbacks.Add(1)
+			for _, t := range ticks {
+				if !l.failed() {
+					l.commitTick(t)
+				} else {
+					for _, k := range t.kept {
+						l.lost(t, k, l.w.stoppedErr())
+					}
+				}
+			}
 		}
 	}
-	kept := make([]SourceRows, 0, len(ticks))
-	for _, t := range ticks {
-		if floor, ok := l.floors[t.Source]; ok && !stamp {
-			if bad := firstAtOrBelow(t.Rows, floor); bad != nil {
+	for i, m := range msgs {
+		m.reply <- ticks[i].res
+	}
+}
+
+func droppedAll(ticks []SourceRows, err error) []StreamResult {
+	t := &tick{index: map[streamKey]int{}}
+	for _, k := range ticks {
+		for _, r := range k.Rows {
+			e := t.entry(k.Source, r.Stream)
+			e.Dropped++
+			e.Err = err
+		}
+	}
+	return t.res.Streams
+}
+
+// prepareTick stamps (when asked) and filters a tick; ok is false when the
+// writer failed while stamping.
+func (l *loop) prepareTick(ticks []SourceRows, stamp bool) (*tick, bool) {
+	t := &tick{index: map[streamKey]int{}}
+	if stamp {
+		if err := l.stamp(ticks); err != nil {
+			t.res.Streams = droppedAll(ticks, err)
+			l.fail(err)
+			return t, false
+		}
+	}
+	t.kept = make([]SourceRows, 0, len(ticks))
+	for _, st := range ticks {
+		if floor, ok := l.floors[st.Source]; ok && !stamp {
+			if bad := firstAtOrBelow(st.Rows, floor); bad != nil {
 				// The whole tick of this source is refused: it runs backwards.
-				err := &TimelineBackwardsError{Source: t.Source, TS: bad.TS, Floor: floor}
-				if !l.warnedFloor[t.Source] {
-					l.warnedFloor[t.Source] = true
+				err := &TimelineBackwardsError{Source: st.Source, TS: bad.TS, Floor: floor}
+				if !l.warnedFloor[st.Source] {
+					l.warnedFloor[st.Source] = true
 					l.log.Warn("dropping a tick below the source's resume floor", "err", err)
 				}
-				for _, r := range t.Rows {
-					entry(t.Source, r.Stream).Dropped++
+				for _, r := range st.Rows {
+					t.entry(st.Source, r.Stream).Dropped++
 				}
-				l.w.stats.rowsDropped.Add(int64(len(t.Rows)))
+				l.w.stats.rowsDropped.Add(int64(len(st.Rows)))
 				continue
 			}
 		}
-		rows := t.Rows
+		rows := st.Rows
 		dropped := 0
-		for i := range t.Rows {
-			if w, ok := l.watermark[streamKey{t.Source, t.Rows[i].Stream}]; ok && t.Rows[i].TS <= w {
+		for i := range st.Rows {
+			if w, ok := l.watermark[streamKey{st.Source, st.Rows[i].Stream}]; ok && st.Rows[i].TS <= w {
 				dropped++
 			}
 		}
 		if dropped > 0 {
 			// Rebuild only when something was dropped: one map lookup per row
 			// otherwise.
-			rows = make([]Row, 0, len(t.Rows)-dropped)
-			for _, r := range t.Rows {
-				k := streamKey{t.Source, r.Stream}
+			rows = make([]Row, 0, len(st.Rows)-dropped)
+			for _, r := range st.Rows {
+				k := streamKey{st.Source, r.Stream}
 				if w, ok := l.watermark[k]; ok && r.TS <= w {
-					entry(t.Source, r.Stream).Dropped++
+					t.entry(st.Source, r.Stream).Dropped++
 					if !l.warnedOOO[k] {
 						l.warnedOOO[k] = true
 						l.log.Warn("dropping rows at or below the stream's sealed watermark",
-							"source", t.Source, "stream", r.Stream, "ts", r.TS, "watermark", w)
+							"source", st.Source, "stream", r.Stream, "ts", r.TS, "watermark", w)
 					}
 					continue
 				}
 				rows = append(rows, r)
 			}
 			l.w.mu.Lock()
-			l.w.dropped[t.Source] += int64(dropped)
+			l.w.dropped[st.Source] += int64(dropped)
 			l.w.mu.Unlock()
 			l.w.stats.rowsDropped.Add(int64(dropped))
 		}
 		if len(rows) > 0 {
-			kept = append(kept, SourceRows{Source: t.Source, Rows: rows})
+			t.kept = append(t.kept, SourceRows{Source: st.Source, Rows: rows})
 		}
 	}
-	if len(kept) == 0 {
-		return res
+	return t, true
+}
+
+// commitTick commits a prepared tick in one transaction, with retries; a
+// constraint failure is isolated to its source by recommitting each source
+// alone.
+func (l *loop) commitTick(t *tick) {
+	if len(t.kept) == 0 {
+		return
 	}
 	begin := time.Now()
 	err := l.withRetries(func() error {
 		return l.update(func(tx *WriteTx) error {
-			for _, t := range kept {
-				if err := tx.InsertWALRows(t.Source, t.Rows); err != nil {
+			for _, k := range t.kept {
+				if err := tx.InsertWALRows(k.Source, k.Rows); err != nil {
 					return err
 				}
 			}
@@ -1161,26 +1301,26 @@ func (l *loop) appendTick(ticks []SourceRows, stamp bool) AppendResult {
 	l.w.stats.commitNanos.Add(int64(time.Since(begin)))
 	switch {
 	case err == nil:
-		l.committed(kept, entry)
+		l.committed(t)
 		l.consecutiveDropped = 0
 	case IsConstraint(err):
 		// Isolate the offending source: recommit each on its own.
 		any := false
-		for _, t := range kept {
+		for _, k := range t.kept {
 			err := l.withRetries(func() error {
-				return l.update(func(tx *WriteTx) error { return tx.InsertWALRows(t.Source, t.Rows) })
+				return l.update(func(tx *WriteTx) error { return tx.InsertWALRows(k.Source, k.Rows) })
 			})
 			switch {
 			case err == nil:
 				any = true
-				l.committed([]SourceRows{t}, entry)
+				l.committedRows(t, k)
 			case IsConstraint(err) || IsRetryable(err):
-				l.lost(t, err, entry)
-				l.log.Warn("a source's tick was dropped", "source", t.Source, "err", err)
+				l.lost(t, k, err)
+				l.log.Warn("a source's tick was dropped", "source", k.Source, "err", err)
 			default:
-				l.lost(t, err, entry)
+				l.lost(t, k, err)
 				l.fail(err)
-				return res
+				return
 			}
 		}
 		if any {
@@ -1189,38 +1329,44 @@ func (l *loop) appendTick(ticks []SourceRows, stamp bool) AppendResult {
 			l.droppedTick(err)
 		}
 	case IsRetryable(err):
-		for _, t := range kept {
-			l.lost(t, err, entry)
+		for _, k := range t.kept {
+			l.lost(t, k, err)
 		}
 		l.droppedTick(err)
 	default:
-		for _, t := range kept {
-			l.lost(t, err, entry)
+		for _, k := range t.kept {
+			l.lost(t, k, err)
 		}
 		l.fail(err)
 	}
-	return res
 }
 
-func (l *loop) committed(ticks []SourceRows, entry func(SourceID, string) *StreamResult) {
-	n := 0
-	for _, t := range ticks {
-		for _, r := range t.Rows {
-			entry(t.Source, r.Stream).Committed++
-		}
-		n += len(t.Rows)
+func (l *loop) committed(t *tick) {
+	for _, k := range t.kept {
+		l.committedRows(t, k)
 	}
 	l.w.stats.commits.Add(1)
-	l.w.stats.rowsCommitted.Add(int64(n))
 }
 
-func (l *loop) lost(t SourceRows, err error, entry func(SourceID, string) *StreamResult) {
-	for _, r := range t.Rows {
-		e := entry(t.Source, r.Stream)
+func (l *loop) committedRows(t *tick, k SourceRows) {
+	for _, r := range k.Rows {
+		t.entry(k.Source, r.Stream).Committed++
+		// Keep the stamp cache above every committed row, stamped or not.
+		key := streamKey{k.Source, r.Stream}
+		if last, ok := l.newest[key]; ok && r.TS > last {
+			l.newest[key] = r.TS
+		}
+	}
+	l.w.stats.rowsCommitted.Add(int64(len(k.Rows)))
+}
+
+func (l *loop) lost(t *tick, k SourceRows, err error) {
+	for _, r := range k.Rows {
+		e := t.entry(k.Source, r.Stream)
 		e.Dropped++
 		e.Err = err
 	}
-	l.w.stats.rowsDropped.Add(int64(len(t.Rows)))
+	l.w.stats.rowsDropped.Add(int64(len(k.Rows)))
 }
 
 func firstAtOrBelow(rows []Row, floor int64) *Row {
@@ -1258,6 +1404,9 @@ func (l *loop) stamp(ticks []SourceRows) error {
 				if f, ok := l.floors[t.Source]; ok && f > last {
 					last = f
 				}
+			}
+			if w, ok := l.watermark[k]; ok && w > last {
+				last = w // a seal never outruns the rows, but say so here, where it is relied on
 			}
 			if last == math.MaxInt64 {
 				return fmt.Errorf("archive: stream %q of source %d has reached the largest timestamp", r.Stream, t.Source)

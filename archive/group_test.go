@@ -1,0 +1,136 @@
+package archive_test
+
+import (
+	"fmt"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dendro-receiver/dendro-receiver/archive"
+	at "github.com/dendro-receiver/dendro-receiver/archive/archivetest"
+)
+
+// TestGroupCommitKeepsEachAppendWhole queues appends while the writer is
+// busy, so they are committed as one group, and checks that every append is
+// answered for itself: each committed whole, and the one that violates the
+// wal primary key dropped alone, without costing the others anything.
+func TestGroupCommitKeepsEachAppendWhole(t *testing.T) {
+	t.Run("every append valid: one shared transaction", func(t *testing.T) { testGroupCommit(t, false) })
+	t.Run("one duplicate: each append committed on its own", func(t *testing.T) { testGroupCommit(t, true) })
+}
+
+func testGroupCommit(t *testing.T, withDup bool) {
+	ctx := at.Ctx(t)
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	unblock := func() { releaseOnce.Do(func() { close(release) }) }
+	t.Cleanup(unblock) // a failing test must not leave the writer blocked
+	var blockOnce sync.Once
+	entered := make(chan struct{})
+	enc := at.EncoderFunc(func(stream string, rows []archive.Row) (*archive.Segment, error) {
+		if stream == "block" {
+			blockOnce.Do(func() { close(entered); <-release }) // keep the writer busy while appends queue
+		}
+		return at.Tags{}.Encode(stream, rows)
+	})
+	w := at.NewWriter(t, archive.WriterOptions{Encoder: enc})
+	src, err := w.AddSource(ctx, archive.SourceSpec{}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.AppendWait(ctx, []archive.SourceRows{{Source: src.ID(), Rows: append(at.Rows("block", 1), at.Rows("dup", 5)...)}}, false); err != nil {
+		t.Fatal(err)
+	}
+	sealDone := make(chan error, 1)
+	go func() { _, err := w.SealWait(ctx, src.ID(), []string{"block"}); sealDone <- err }()
+	<-entered // the writer is busy from here until release
+
+	const senders = 16
+	results := make([]archive.AppendResult, senders)
+	errs := make([]error, senders)
+	var wg sync.WaitGroup
+	for i := 0; i < senders; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			rows := at.Rows(fmt.Sprintf("s%02d", i), 1, 2, 3)
+			if withDup && i == 7 {
+				rows = at.Rows("dup", 5) // already committed: a constraint violation
+			}
+			results[i], errs[i] = w.AppendWait(ctx, []archive.SourceRows{{Source: src.ID(), Rows: rows}}, false)
+		}(i)
+	}
+	// Release the seal only once the senders wait on the writer's channel:
+	// one in its slot, the rest parked in a send.
+	for deadline := time.Now().Add(10 * time.Second); parkedSenders() < senders-1; {
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d senders reached the writer's channel", parkedSenders())
+		}
+		runtime.Gosched()
+	}
+	unblock()
+	wg.Wait()
+	if err := <-sealDone; err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < senders; i++ {
+		if errs[i] != nil {
+			t.Fatalf("sender %d: %v", i, errs[i])
+		}
+		r := results[i]
+		if withDup && i == 7 {
+			if r.Dropped() != 1 || !archive.IsConstraint(r.Err()) {
+				t.Errorf("the duplicate append: %+v; want 1 dropped with a constraint error", r.Streams)
+			}
+			continue
+		}
+		if len(r.Streams) != 1 || r.Streams[0].Committed != 3 || r.Dropped() != 0 {
+			t.Errorf("sender %d: %+v; want 3 committed, none dropped", i, r.Streams)
+		}
+	}
+	a, err := archive.Open(w.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if err := a.View(ctx, func(tx *archive.ReadTx) error {
+		for i := 0; i < senders; i++ {
+			if withDup && i == 7 {
+				continue
+			}
+			live, err := tx.LiveWAL(src.ID(), fmt.Sprintf("s%02d", i))
+			if err != nil {
+				return err
+			}
+			if len(live) != 3 {
+				t.Errorf("stream s%02d holds %d rows, want 3", i, len(live))
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	st := w.Stats()
+	switch {
+	case !withDup && st.GroupedCommits == 0:
+		t.Fatalf("the queued appends were not committed as a group: %+v", st)
+	case withDup && st.GroupFallbacks == 0:
+		t.Fatalf("the group holding a duplicate did not fall back to per-append commits: %+v", st)
+	}
+}
+
+// parkedSenders counts goroutines waiting in the writer's hand-off (a
+// select on its channel).
+func parkedSenders() int {
+	buf := make([]byte, 4<<20)
+	n := runtime.Stack(buf, true)
+	parked := 0
+	for _, g := range strings.Split(string(buf[:n]), "\n\n") {
+		if strings.Contains(g, "[select") && strings.Contains(g, "archive.(*Writer).send(") {
+			parked++
+		}
+	}
+	return parked
+}
