@@ -1,0 +1,151 @@
+package promsample
+
+import (
+	"bytes"
+	"cmp"
+	"math"
+	"slices"
+	"strings"
+
+	"github.com/prometheus/prometheus/model/labels"
+)
+
+// collector gathers batches into canonical series: one entry per label set,
+// series ordered by (metric name, labels), samples by (timestamp, value
+// bits), exact duplicates removed. Encode, Merge and ReadRows all go through
+// it, so a segment and the rows it was made from read back identically.
+type collector struct {
+	byKey map[string]*seriesData
+	meta  map[Metadata]struct{}
+	key   []byte
+}
+
+// seriesData is one series in canonical form.
+type seriesData struct {
+	lbls      labels.Labels
+	name      string // __name__
+	samples   []Sample
+	hists     []Histogram
+	exemplars []Exemplar
+}
+
+func newCollector() *collector {
+	return &collector{byKey: make(map[string]*seriesData), meta: make(map[Metadata]struct{})}
+}
+
+func (c *collector) add(b *Batch) {
+	for i := range b.Series {
+		s := &b.Series[i]
+		c.key = s.Labels.Bytes(c.key[:0])
+		sd := c.byKey[string(c.key)]
+		if sd == nil {
+			sd = &seriesData{lbls: s.Labels, name: s.Labels.Get(labels.MetricName)}
+			c.byKey[string(c.key)] = sd
+		}
+		sd.samples = append(sd.samples, s.Samples...)
+		sd.hists = append(sd.hists, s.Histograms...)
+		sd.exemplars = append(sd.exemplars, s.Exemplars...)
+	}
+	for _, m := range b.Metadata {
+		c.meta[m] = struct{}{}
+	}
+}
+
+// addSeries adds one already-decoded series (the segment reader's output).
+func (c *collector) addSeries(s Series) {
+	b := Batch{Series: []Series{s}}
+	c.add(&b)
+}
+
+// finish returns the canonical series and metadata.
+func (c *collector) finish() ([]*seriesData, []Metadata) {
+	out := make([]*seriesData, 0, len(c.byKey))
+	var scratchA, scratchB []byte
+	for _, sd := range c.byKey {
+		sd.samples = canonicalSamples(sd.samples)
+		sd.hists, scratchA, scratchB = canonicalHistograms(sd.hists, scratchA, scratchB)
+		sd.exemplars = canonicalExemplars(sd.exemplars)
+		out = append(out, sd)
+	}
+	slices.SortFunc(out, func(a, b *seriesData) int {
+		if c := strings.Compare(a.name, b.name); c != 0 {
+			return c
+		}
+		return labels.Compare(a.lbls, b.lbls)
+	})
+	meta := make([]Metadata, 0, len(c.meta))
+	for m := range c.meta {
+		meta = append(meta, m)
+	}
+	slices.SortFunc(meta, compareMetadata)
+	return out, meta
+}
+
+func compareMetadata(a, b Metadata) int {
+	return cmp.Or(strings.Compare(a.MetricFamily, b.MetricFamily), strings.Compare(string(a.Type), string(b.Type)),
+		strings.Compare(a.Help, b.Help), strings.Compare(a.Unit, b.Unit))
+}
+
+// canonicalSamples sorts by (T, value bits) and drops exact duplicates (a
+// sender's retry). Samples with one timestamp and different bits are kept.
+func canonicalSamples(s []Sample) []Sample {
+	sorted := slices.IsSortedFunc(s, compareSample)
+	if !sorted {
+		slices.SortFunc(s, compareSample)
+	}
+	return slices.CompactFunc(s, func(a, b Sample) bool {
+		return a.T == b.T && math.Float64bits(a.V) == math.Float64bits(b.V)
+	})
+}
+
+func compareSample(a, b Sample) int {
+	return cmp.Or(cmp.Compare(a.T, b.T), cmp.Compare(math.Float64bits(a.V), math.Float64bits(b.V)))
+}
+
+// canonicalHistograms sorts by T, orders histograms sharing a timestamp by
+// their encoding and drops exact duplicates (equal encodings).
+func canonicalHistograms(hs []Histogram, a, b []byte) ([]Histogram, []byte, []byte) {
+	if len(hs) < 2 {
+		return hs, a, b
+	}
+	slices.SortStableFunc(hs, func(x, y Histogram) int { return cmp.Compare(x.T, y.T) })
+	out := hs[:0]
+	for i := 0; i < len(hs); {
+		j := i + 1
+		for j < len(hs) && hs[j].T == hs[i].T {
+			j++
+		}
+		run := hs[i:j]
+		if len(run) > 1 {
+			slices.SortStableFunc(run, func(x, y Histogram) int {
+				a, _ = appendHistogram(a[:0], x)
+				b, _ = appendHistogram(b[:0], y)
+				return bytes.Compare(a, b)
+			})
+		}
+		for k := range run {
+			if k > 0 {
+				a, _ = appendHistogram(a[:0], run[k-1])
+				b, _ = appendHistogram(b[:0], run[k])
+				if bytes.Equal(a, b) {
+					continue
+				}
+			}
+			out = append(out, run[k])
+		}
+		i = j
+	}
+	return out, a, b
+}
+
+func canonicalExemplars(es []Exemplar) []Exemplar {
+	if len(es) < 2 {
+		return es
+	}
+	c := func(a, b Exemplar) int {
+		return cmp.Or(cmp.Compare(a.T, b.T), cmp.Compare(math.Float64bits(a.V), math.Float64bits(b.V)),
+			labels.Compare(a.Labels, b.Labels))
+	}
+	slices.SortFunc(es, c)
+	return slices.CompactFunc(es, func(a, b Exemplar) bool { return c(a, b) == 0 })
+}

@@ -1,0 +1,105 @@
+// Package promsample is the bridge between Prometheus data and the dendro
+// archive: the row codec the receiver appends with, the SegmentEncoder that
+// turns a stream's rows into a Parquet segment any Parquet reader can
+// query, and the reader the read path answers queries with.
+//
+// # Streams
+//
+// A source's series are spread over DefaultStreamBuckets streams by a hash
+// of the metric name: StreamFor(name, buckets) = "samples/%02x". All series
+// of one metric, and that metric's metadata, live in one stream, so a query
+// with a __name__ matcher reads one stream. SplitBatch cuts one request
+// into its per-stream Batches; each becomes one wal row. The bucket count
+// trades write cost (rows touched per commit) against read cost (bytes of a
+// stream per one-series query); see DefaultStreamBuckets for the figures.
+//
+// # Rows
+//
+// One wal row = one remote-write request's data for one (source, stream) =
+// one Batch, written by EncodeBatch (or BatchEncoder.Append, which reuses
+// buffers) and read by DecodeBatch (or BatchDecoder). A row's archive ts is
+// the receipt time in Unix ns; the samples keep their own timestamps (Unix
+// ms) inside the row, so lateness never drops a sample. A row is a version
+// byte and an S2 block holding a string table (each label name and value
+// once), then per series the label references, samples (timestamp deltas,
+// integers as zigzag varints, other values as raw IEEE bits), native
+// histograms, exemplars, and the batch's metadata. Every float keeps its
+// bits (stale markers, NaN payloads, -0, subnormals); timestamps cover the
+// int64 range. Every count read is bounded by the bytes left and a row by
+// MaxBatchBytes, so corrupt input gives an error, never a panic or an
+// unbounded allocation.
+//
+// # Segments
+//
+// Encoder.Encode decodes a stream's rows and writes ONE Parquet file
+// (arrow-go's low-level parquet/file writer; LZ4_RAW; no dictionaries).
+// Segment.Rows/FirstTS/LastTS count and span the wal rows (receipt ts); the
+// sample-time span is in the Index (Segment.Index, the catalog's
+// caller_index; also in the footer). Rows are sorted by metric name, then
+// label set, then sample timestamp, then value bits; exact duplicates (same
+// series, timestamp and value bits: a sender's retry) are dropped, so two
+// samples with one timestamp and different values both survive.
+//
+// Columns (label columns are named after their label; a label whose name
+// starts with "__" is stored as "__label__"+name):
+//
+//	__name__     STRING, required, DELTA_BYTE_ARRAY
+//	<label>...   STRING, optional (null = label absent), DELTA_BYTE_ARRAY
+//	__ts__       INT64 TIMESTAMP(MILLIS, UTC), DELTA_BINARY_PACKED
+//	__value__    DOUBLE, BYTE_STREAM_SPLIT: a float sample not on the integer path
+//	__int__      INT64, DELTA_BINARY_PACKED: k, the value is k / coalesce(__div__, 1)
+//	__div__      DOUBLE: the divisor, 10^p or 2^-e; null means 1
+//	__hist__     BYTE_ARRAY: one native histogram, in the row codec's histogram encoding
+//	__h_count__  DOUBLE: that histogram's count, for SQL
+//	__h_sum__    DOUBLE: that histogram's sum, for SQL
+//
+// Each row is a float sample (exactly one of __value__ and __int__ set) or
+// a histogram (__hist__ set). The integer path: a series' divisor is the
+// one that puts most of its samples on exact integers (1 for counters;
+// 100 for 2-decimal gauges such as node_cpu_seconds_total; 2^-12 for byte
+// counts in 4 KiB pages); a value goes on it when k = v*div is an integer
+// within ±2^53 and k/div reproduces v's exact bits (IEEE division is
+// correctly rounded, and so is DuckDB's). Delta-encoded integers are what
+// makes counters cheap: DELTA_BINARY_PACKED stores a counter's increments
+// in a few bits, where an IEEE double costs ~6 bytes even byte-split. A
+// DuckDB user writes:
+//
+//	SELECT __name__, instance, __ts__,
+//	       coalesce(__value__, __int__ / coalesce(__div__, 1)) AS value
+//	FROM 'segment.parquet'
+//	WHERE __name__ = 'http_requests_total' AND __hist__ IS NULL;
+//
+// The delta-encoded columns start a new page at a series boundary when the
+// jump between two series would widen a whole DELTA block by more than a
+// page costs (see pageCostBytes); statistics are kept only for the string
+// columns. Row groups hold about DefaultRowGroupRows rows, cut at series
+// (or metric) boundaries; a series longer than 4x that is cut into pieces
+// the reader joins.
+//
+// Footer key-value metadata: KeyEncoder (EncoderVersion), KeyMinTime and
+// KeyMaxTime (sample-time span, decimal ms), KeySegmentIndex (the Index,
+// base64), KeyExtras (exemplars and metadata as a base64 row-codec Batch:
+// they are few, and keeping them out of the row stream keeps every data
+// row a sample), and KeyDataChecksum (xxhash64 of the bytes before the
+// footer, verified before any page is decoded: arrow-go's decoder can loop
+// forever on some corrupt pages).
+//
+// # Reading
+//
+// ReadSegment(bytes, Query) returns the matching series (labels sorted,
+// series in (metric, labels) order) with samples, histograms and exemplars
+// in [MinT, MaxT] (Unix ms, inclusive). It decodes only the row groups
+// whose metric names and time span (from the footer's Index) can match,
+// the label columns of those, and the value columns only when a series
+// there matched. ReadRows gives the same answer from live wal rows without
+// building Parquet (the live tail), through the same canonicalization.
+// ReadSegmentMetadata / ReadRowsMetadata return metadata; ParseIndex and
+// ReadSegmentIndex the Index. Encoder.Merge (archive.SegmentMerger)
+// re-canonicalizes consecutive segments into one: Rows = their sum,
+// FirstTS of the first, LastTS of the last.
+//
+// Caveats: a label with an empty value is absent (Prometheus semantics); a
+// series without __name__ is stored with an empty __name__. Decoded Batches
+// and Series own their memory. Encoder is stateless and safe for
+// concurrent use; BatchEncoder and BatchDecoder are not.
+package promsample

@@ -1,0 +1,829 @@
+package promsample
+
+import (
+	"bytes"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"github.com/cespare/xxhash/v2"
+	"math"
+	"math/bits"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/apache/arrow-go/v18/parquet"
+	"github.com/apache/arrow-go/v18/parquet/compress"
+	"github.com/apache/arrow-go/v18/parquet/file"
+	"github.com/apache/arrow-go/v18/parquet/metadata"
+	"github.com/apache/arrow-go/v18/parquet/schema"
+	"github.com/prometheus/prometheus/model/labels"
+
+	"github.com/dendro-receiver/dendro-receiver/archive"
+)
+
+// EncoderVersion is Encoder.Version(): recorded per source by the archive
+// and in every segment's footer under KeyEncoder.
+const EncoderVersion = "promsample/1"
+
+// Column names of a segment. Label columns are named after their label;
+// a label whose name starts with "__" (other than __name__) is stored in a
+// column named LabelColumnEscape+name so it can never collide with these.
+const (
+	ColMetric         = "__name__"    // BYTE_ARRAY (STRING), required
+	ColTimestamp      = "__ts__"      // INT64 TIMESTAMP(MILLIS, UTC), required
+	ColValue          = "__value__"   // DOUBLE, null on the integer path and for histograms
+	ColInt            = "__int__"     // INT64 k: the value is k / coalesce(__div__, 1), exactly
+	ColDiv            = "__div__"     // DOUBLE divisor of __int__ (10^p or 2^-e), null when 1
+	ColHist           = "__hist__"    // BYTE_ARRAY, one native histogram (format in doc.go)
+	ColHistCount      = "__h_count__" // DOUBLE, the histogram's count (for SQL)
+	ColHistSum        = "__h_sum__"   // DOUBLE, the histogram's sum (for SQL)
+	LabelColumnEscape = "__label__"
+)
+
+// Footer key-value metadata keys.
+const (
+	KeyEncoder      = "dendro.encoder"     // EncoderVersion
+	KeyMinTime      = "dendro.min_time_ms" // decimal Unix ms; absent when the segment has no samples
+	KeyMaxTime      = "dendro.max_time_ms"
+	KeySegmentIndex = "dendro.index"  // base64 (std) of the Index encoding
+	KeyExtras       = "dendro.extras" // base64 (std) of a row-format Batch: exemplars and metadata
+	// KeyDataChecksum is the xxhash64 (lowercase hex) of the file's bytes
+	// before the footer: the leading magic and every page.
+	KeyDataChecksum = "dendro.data_xxh64"
+)
+
+// DefaultRowGroupRows is the row count at which a row group is cut at the
+// next series boundary (a quarter of it at the next metric boundary). A
+// one-series read decodes the row groups holding that series: smaller
+// groups make it cheaper, and each group costs ~100 bytes of footer per
+// column plus a page per column.
+const DefaultRowGroupRows = 32 << 10
+
+// DefaultMaxMergeBytes bounds the input bytes of one Merge.
+const DefaultMaxMergeBytes = 16 << 20
+
+// Options tunes an Encoder; the zero value means defaults.
+type Options struct {
+	RowGroupRows  int   // 0 = DefaultRowGroupRows
+	MaxMergeBytes int64 // 0 = DefaultMaxMergeBytes
+}
+
+// Encoder turns a stream's wal rows (each an EncodeBatch row) into one
+// Parquet segment, and merges segments for compaction. It holds no state
+// between calls and is safe for concurrent use. The zero value is ready.
+type Encoder struct {
+	Opts Options
+}
+
+var (
+	_ archive.SegmentEncoder = (*Encoder)(nil)
+	_ archive.SegmentMerger  = (*Encoder)(nil)
+)
+
+// Version returns EncoderVersion.
+func (e *Encoder) Version() string { return EncoderVersion }
+
+func (e *Encoder) rowGroupRows() int {
+	if e.Opts.RowGroupRows > 0 {
+		return min(e.Opts.RowGroupRows, MaxRowGroupRows/4)
+	}
+	return DefaultRowGroupRows
+}
+
+// MaxRowGroupRows bounds a row group: the writer cuts a series longer than
+// 4*RowGroupRows into pieces (consecutive row groups; the reader joins
+// them), and the reader refuses a larger group, which bounds what a corrupt
+// footer can make it allocate (~40 bytes per row).
+const MaxRowGroupRows = 1 << 20
+
+// splitLongSeries cuts every series with more than maxRows rows into
+// consecutive pieces by time; exemplars stay with the first piece.
+func splitLongSeries(series []*seriesData, maxRows int) []*seriesData {
+	long := false
+	for _, s := range series {
+		if len(s.samples)+len(s.hists) > maxRows {
+			long = true
+			break
+		}
+	}
+	if !long {
+		return series
+	}
+	var out []*seriesData
+	for _, s := range series {
+		if len(s.samples)+len(s.hists) <= maxRows {
+			out = append(out, s)
+			continue
+		}
+		i, j := 0, 0
+		first := true
+		for i < len(s.samples) || j < len(s.hists) {
+			p := &seriesData{lbls: s.lbls, name: s.name}
+			if first {
+				p.exemplars, first = s.exemplars, false
+			}
+			i0, j0 := i, j
+			for n := 0; n < maxRows && (i < len(s.samples) || j < len(s.hists)); n++ {
+				if j >= len(s.hists) || (i < len(s.samples) && s.samples[i].T <= s.hists[j].T) {
+					i++
+				} else {
+					j++
+				}
+			}
+			p.samples, p.hists = s.samples[i0:i:i], s.hists[j0:j:j]
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// Encode decodes every row and writes one segment holding all of them:
+// Rows = len(rows), FirstTS/LastTS the rows' first and last ts. A row that
+// does not decode fails the whole encode (rows are written by EncodeBatch,
+// so that is corruption, not lateness, and must not be silently dropped).
+func (e *Encoder) Encode(stream string, rows []archive.Row) (*archive.Segment, error) {
+	if len(rows) == 0 {
+		return nil, nil
+	}
+	c := newCollector()
+	var d BatchDecoder
+	for i := range rows {
+		b, err := d.Decode(rows[i].Data)
+		if err != nil {
+			return nil, fmt.Errorf("stream %q row ts %d: %w", stream, rows[i].TS, err)
+		}
+		c.add(&b)
+	}
+	series, meta := c.finish()
+	data, idx, err := e.write(series, meta)
+	if err != nil {
+		return nil, fmt.Errorf("stream %q: %w", stream, err)
+	}
+	return &archive.Segment{Bytes: data, Rows: int64(len(rows)), FirstTS: rows[0].TS, LastTS: rows[len(rows)-1].TS, Index: idx}, nil
+}
+
+// Merge concatenates consecutive segments (in seq order) into one, as long
+// as their total size stays within Options.MaxMergeBytes. It returns
+// consumed < 2 and no segment when fewer than two fit. Samples are
+// re-canonicalized, so duplicates across the merged segments go too.
+func (e *Encoder) Merge(stream string, segs []archive.StoredSegment) (*archive.Segment, int, error) {
+	limit := e.Opts.MaxMergeBytes
+	if limit <= 0 {
+		limit = DefaultMaxMergeBytes
+	}
+	n := 0
+	var total int64
+	for n < len(segs) && (n < 1 || total+int64(len(segs[n].Bytes)) <= limit) {
+		total += int64(len(segs[n].Bytes))
+		n++
+	}
+	if n < 2 {
+		return nil, n, nil
+	}
+	c := newCollector()
+	all := Query{MinT: math.MinInt64, MaxT: math.MaxInt64}
+	var rows int64
+	for _, s := range segs[:n] {
+		got, err := ReadSegment(s.Bytes, all)
+		if err != nil {
+			return nil, 0, fmt.Errorf("stream %q segment %d: %w", stream, s.Seq, err)
+		}
+		for _, sr := range got {
+			c.addSeries(sr)
+		}
+		meta, err := ReadSegmentMetadata(s.Bytes)
+		if err != nil {
+			return nil, 0, fmt.Errorf("stream %q segment %d: %w", stream, s.Seq, err)
+		}
+		c.add(&Batch{Metadata: meta})
+		rows += s.Rows
+	}
+	series, meta := c.finish()
+	data, idx, err := e.write(series, meta)
+	if err != nil {
+		return nil, 0, fmt.Errorf("stream %q: %w", stream, err)
+	}
+	return &archive.Segment{Bytes: data, Rows: rows, FirstTS: segs[0].FirstTS, LastTS: segs[n-1].LastTS, Index: idx}, n, nil
+}
+
+// labelColumn maps a label name to its column name.
+func labelColumn(name string) string {
+	if strings.HasPrefix(name, "__") {
+		return LabelColumnEscape + name
+	}
+	return name
+}
+
+// columnLabel maps a column name back to a label name; ok is false for the
+// fixed columns.
+func columnLabel(col string) (string, bool) {
+	if strings.HasPrefix(col, LabelColumnEscape) {
+		return col[len(LabelColumnEscape):], true
+	}
+	if strings.HasPrefix(col, "__") {
+		return "", false
+	}
+	return col, true
+}
+
+// rowGroupPlan is one row group: series [from, to).
+type rowGroupPlan struct{ from, to int }
+
+// write encodes canonical series into Parquet bytes and the index.
+func (e *Encoder) write(series []*seriesData, meta []Metadata) (data, index []byte, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			data, index, err = nil, nil, fmt.Errorf("promsample: parquet writer panicked: %v", p)
+		}
+	}()
+	// Label columns: the union of label names, sorted.
+	nameSet := map[string]struct{}{}
+	for _, s := range series {
+		s.lbls.Range(func(l labels.Label) {
+			if l.Name != labels.MetricName {
+				nameSet[l.Name] = struct{}{}
+			}
+		})
+	}
+	labelNames := make([]string, 0, len(nameSet))
+	for n := range nameSet {
+		labelNames = append(labelNames, n)
+	}
+	slices.Sort(labelNames)
+
+	// Plan row groups and build the index.
+	idx := Index{MinT: math.MaxInt64, MaxT: math.MinInt64, Series: int64(len(series))}
+	target := e.rowGroupRows()
+	series = splitLongSeries(series, 4*target)
+	metricID := map[string]int{}
+	for _, s := range series {
+		if _, ok := metricID[s.name]; !ok {
+			metricID[s.name] = len(idx.Metrics)
+			idx.Metrics = append(idx.Metrics, s.name)
+		}
+	}
+	var plans []rowGroupPlan
+	cur := rowGroupPlan{}
+	curRows := 0
+	var g RowGroupInfo
+	g.MinT, g.MaxT = math.MaxInt64, math.MinInt64
+	for i, s := range series {
+		n := len(s.samples) + len(s.hists)
+		if curRows > 0 && (curRows >= target || (curRows >= target/4 && s.name != series[i-1].name)) {
+			cur.to = i
+			plans = append(plans, cur)
+			idx.RowGroups = append(idx.RowGroups, g)
+			cur, curRows = rowGroupPlan{from: i}, 0
+			g = RowGroupInfo{MinT: math.MaxInt64, MaxT: math.MinInt64}
+		}
+		if n == 0 {
+			// Exemplars only: no Parquet rows, but keep the index span.
+			for _, ex := range s.exemplars {
+				idx.MinT, idx.MaxT = min(idx.MinT, ex.T), max(idx.MaxT, ex.T)
+			}
+			idx.Exemplars += int64(len(s.exemplars))
+			continue
+		}
+		if curRows == 0 {
+			g.FirstMetric = metricID[s.name]
+		}
+		g.LastMetric = metricID[s.name]
+		g.Rows += int64(n)
+		g.Series++
+		curRows += n
+		for _, smp := range s.samples {
+			g.MinT, g.MaxT = min(g.MinT, smp.T), max(g.MaxT, smp.T)
+		}
+		for _, h := range s.hists {
+			g.MinT, g.MaxT = min(g.MinT, h.T), max(g.MaxT, h.T)
+		}
+		idx.MinT, idx.MaxT = min(idx.MinT, g.MinT), max(idx.MaxT, g.MaxT)
+		for _, ex := range s.exemplars {
+			idx.MinT, idx.MaxT = min(idx.MinT, ex.T), max(idx.MaxT, ex.T)
+		}
+		idx.Samples += int64(len(s.samples))
+		idx.Histograms += int64(len(s.hists))
+		idx.Exemplars += int64(len(s.exemplars))
+	}
+	if curRows > 0 {
+		cur.to = len(series)
+		plans = append(plans, cur)
+		idx.RowGroups = append(idx.RowGroups, g)
+	}
+	index, err = idx.AppendBinary(nil)
+	if err != nil {
+		return nil, nil, err
+	}
+
+	// Footer metadata.
+	kv := metadata.NewKeyValueMetadata()
+	add := func(k, v string) {
+		if err == nil {
+			err = kv.Append(k, v)
+		}
+	}
+	add(KeyEncoder, EncoderVersion)
+	if idx.MinT <= idx.MaxT {
+		add(KeyMinTime, strconv.FormatInt(idx.MinT, 10))
+		add(KeyMaxTime, strconv.FormatInt(idx.MaxT, 10))
+	}
+	add(KeySegmentIndex, base64.StdEncoding.EncodeToString(index))
+	var extras Batch
+	extras.Metadata = meta
+	for _, s := range series {
+		if len(s.exemplars) > 0 {
+			extras.Series = append(extras.Series, Series{Labels: s.lbls, Exemplars: s.exemplars})
+		}
+	}
+	if len(extras.Series) > 0 || len(extras.Metadata) > 0 {
+		eb, encErr := EncodeBatch(&extras)
+		if encErr != nil {
+			return nil, nil, encErr
+		}
+		add(KeyExtras, base64.StdEncoding.EncodeToString(eb))
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+
+	root, props, err := segmentSchema(labelNames)
+	if err != nil {
+		return nil, nil, err
+	}
+	var buf bytes.Buffer
+	w, err := file.NewParquetWriterWithError(&buf, root, file.WithWriterProps(props), file.WithWriteMetadata(kv))
+	if err != nil {
+		return nil, nil, err
+	}
+	cw := columnWriter{labelNames: labelNames}
+	for _, p := range plans {
+		if err := cw.writeRowGroup(w, series[p.from:p.to]); err != nil {
+			return nil, nil, err
+		}
+	}
+	// The data region (magic and every page) is checksummed in the footer:
+	// the reader verifies it before any page is decoded, because the
+	// Parquet decoder can loop forever on some corrupt pages.
+	if err := w.AppendKeyValueMetadata(KeyDataChecksum, strconv.FormatUint(xxhash.Sum64(buf.Bytes()), 16)); err != nil {
+		return nil, nil, err
+	}
+	if err := w.Close(); err != nil {
+		return nil, nil, err
+	}
+	return buf.Bytes(), index, nil
+}
+
+// segmentSchema builds the Parquet schema and writer properties.
+func segmentSchema(labelNames []string) (*schema.GroupNode, *parquet.WriterProperties, error) {
+	var errs []error
+	node := func(n *schema.PrimitiveNode, err error) schema.Node {
+		errs = append(errs, err)
+		return n
+	}
+	str := schema.StringLogicalType{}
+	fields := schema.FieldList{node(schema.NewPrimitiveNodeLogical(ColMetric, parquet.Repetitions.Required, str, parquet.Types.ByteArray, -1, -1))}
+	opts := []parquet.WriterProperty{
+		parquet.WithCompression(compress.Codecs.Lz4Raw),
+		parquet.WithDictionaryDefault(false),
+		parquet.WithVersion(parquet.V2_LATEST),
+		parquet.WithDataPageVersion(parquet.DataPageV1),
+		parquet.WithMaxRowGroupLength(math.MaxInt64),
+		parquet.WithCreatedBy("dendro-receiver " + EncoderVersion),
+		parquet.WithEncodingFor(ColMetric, parquet.Encodings.DeltaByteArray),
+	}
+	for _, n := range labelNames {
+		col := labelColumn(n)
+		fields = append(fields, node(schema.NewPrimitiveNodeLogical(col, parquet.Repetitions.Optional, str, parquet.Types.ByteArray, -1, -1)))
+		opts = append(opts, parquet.WithEncodingFor(col, parquet.Encodings.DeltaByteArray))
+	}
+	fields = append(fields,
+		node(schema.NewPrimitiveNodeLogical(ColTimestamp, parquet.Repetitions.Required,
+			schema.NewTimestampLogicalType(true, schema.TimeUnitMillis), parquet.Types.Int64, -1, -1)),
+		schema.NewFloat64Node(ColValue, parquet.Repetitions.Optional, -1),
+		schema.NewInt64Node(ColInt, parquet.Repetitions.Optional, -1),
+		schema.NewFloat64Node(ColDiv, parquet.Repetitions.Optional, -1),
+		schema.NewByteArrayNode(ColHist, parquet.Repetitions.Optional, -1),
+		schema.NewFloat64Node(ColHistCount, parquet.Repetitions.Optional, -1),
+		schema.NewFloat64Node(ColHistSum, parquet.Repetitions.Optional, -1),
+	)
+	opts = append(opts,
+		parquet.WithEncodingFor(ColTimestamp, parquet.Encodings.DeltaBinaryPacked),
+		parquet.WithEncodingFor(ColValue, parquet.Encodings.ByteStreamSplit),
+		parquet.WithEncodingFor(ColInt, parquet.Encodings.DeltaBinaryPacked),
+		parquet.WithEncodingFor(ColHist, parquet.Encodings.DeltaByteArray),
+		// Histogram pages are stored uncompressed: github.com/parquet-go/parquet-go
+		// v0.32.0 fails on some LZ4_RAW pages of this column ("decoding
+		// definition levels of data page v1: unexpected EOF") that arrow-go
+		// and pierrec/lz4 decode fine; root cause not yet found. The blobs
+		// are mostly float bits and barely compress anyway.
+		parquet.WithCompressionFor(ColHist, compress.Codecs.Uncompressed),
+		parquet.WithEncodingFor(ColHistCount, parquet.Encodings.ByteStreamSplit),
+		parquet.WithEncodingFor(ColHistSum, parquet.Encodings.ByteStreamSplit),
+		// Statistics only where a reader prunes with them (label columns and
+		// the timestamp); value columns would pay for them in every page header.
+		parquet.WithStatsFor(ColTimestamp, false),
+		parquet.WithStatsFor(ColValue, false),
+		parquet.WithStatsFor(ColInt, false),
+		parquet.WithStatsFor(ColDiv, false),
+		parquet.WithEncodingFor(ColDiv, parquet.Encodings.ByteStreamSplit),
+		parquet.WithStatsFor(ColHist, false),
+		parquet.WithStatsFor(ColHistCount, false),
+		parquet.WithStatsFor(ColHistSum, false),
+	)
+	if err := errors.Join(errs...); err != nil {
+		return nil, nil, err
+	}
+	root, err := schema.NewGroupNode("promsample", parquet.Repetitions.Required, fields, -1)
+	if err != nil {
+		return nil, nil, err
+	}
+	return root, parquet.NewWriterProperties(opts...), nil
+}
+
+// columnWriter holds the per-row-group column buffers, reused across row
+// groups.
+type columnWriter struct {
+	labelNames []string
+	names      []parquet.ByteArray
+	strs       []parquet.ByteArray
+	def        []int16
+	ts         []int64
+	vals       []float64
+	ints       []int64
+	hist       []parquet.ByteArray
+	histBuf    []byte
+	fdef       []int16 // value
+	idef       []int16 // int
+	hdef       []int16 // histogram
+	hcount     []float64
+	hsum       []float64
+	divs       []float64
+	ddef       []int16
+	intEnds    []int // per series: end of its values in ints
+	tsBreaks   []int // rows before which the timestamp column starts a page
+	intBreaks  []int // likewise for the integer column
+}
+
+// Page breaks in the delta-encoded columns. DELTA_BINARY_PACKED packs each
+// block of 128 deltas at the width of (max - min) of the block, so the jump
+// at a series boundary (timestamps back to the start of the span, values
+// to another series' level) widens a whole block: with 25 ms scrape jitter
+// that is ~14 extra bits on ~80 values, ~140 bytes per series. A new page
+// restarts the encoding for about pageCostBytes. The writer starts a page
+// at a boundary when the estimated widening costs more than a page. A
+// constant-delta series (no jitter) is left alone: its widened block is a
+// repeated bit pattern that LZ4 compresses to almost nothing.
+const pageCostBytes = 48
+
+// deltaStats summarises the deltas of one run of int64 values.
+type deltaStats struct {
+	first, last int64
+	minD, maxD  int64
+	n           int
+}
+
+func (d *deltaStats) add(v int64) {
+	if d.n > 0 {
+		dv := v - d.last
+		if d.n == 1 {
+			d.minD, d.maxD = dv, dv
+		} else {
+			d.minD, d.maxD = min(d.minD, dv), max(d.maxD, dv)
+		}
+	} else {
+		d.first = v
+	}
+	d.last = v
+	d.n++
+}
+
+func bitsFor(span int64) int {
+	if span < 0 { // overflowed: the full width
+		return 64
+	}
+	return 64 - bits.LeadingZeros64(uint64(span))
+}
+
+// worthBreak reports whether a page break between a run ending at prevLast
+// and run cur saves more than a page costs.
+func worthBreak(prevLast int64, cur *deltaStats) bool {
+	if cur.n < 2 || cur.minD == cur.maxD {
+		return false
+	}
+	bd := cur.first - prevLast
+	ws := bitsFor(cur.maxD - cur.minD)
+	wb := bitsFor(max(cur.maxD, bd) - min(cur.minD, bd))
+	return int64(wb-ws)*80/8 > pageCostBytes
+}
+
+func (cw *columnWriter) planBreaks(series []*seriesData) {
+	cw.tsBreaks, cw.intBreaks = cw.tsBreaks[:0], cw.intBreaks[:0]
+	row := 0
+	var prevTS, prevInt int64
+	haveTS, haveInt := false, false
+	var ts, in deltaStats
+	intStart := 0
+	for si, s := range series {
+		n := len(s.samples) + len(s.hists)
+		ts, in = deltaStats{}, deltaStats{}
+		for _, t := range cw.ts[row : row+n] {
+			ts.add(t)
+		}
+		for _, iv := range cw.ints[intStart:cw.intEnds[si]] {
+			in.add(iv)
+		}
+		intStart = cw.intEnds[si]
+		if haveTS && worthBreak(prevTS, &ts) {
+			cw.tsBreaks = append(cw.tsBreaks, row)
+		}
+		if haveInt && in.n > 0 && worthBreak(prevInt, &in) {
+			cw.intBreaks = append(cw.intBreaks, row)
+		}
+		if n > 0 {
+			prevTS, haveTS = ts.last, true
+		}
+		if in.n > 0 {
+			prevInt, haveInt = in.last, true
+		}
+		row += n
+	}
+}
+
+// writeInt64Paged writes a column, starting a new page at every row in
+// breaks (ascending, within (0, rows)). def is nil for a required column.
+func writeInt64Paged(rg file.SerialRowGroupWriter, vals []int64, def []int16, breaks []int) error {
+	c, err := nextColumn[*file.Int64ColumnChunkWriter](rg)
+	if err != nil {
+		return err
+	}
+	rows := len(vals)
+	if def != nil {
+		rows = len(def)
+	}
+	r, v := 0, 0
+	for _, b := range append(breaks, rows) {
+		if b > rows || b <= r {
+			continue
+		}
+		nv := b - r
+		var d []int16
+		if def != nil {
+			d = def[r:b]
+			nv = 0
+			for _, x := range d {
+				nv += int(x)
+			}
+		}
+		if _, err := c.WriteBatch(vals[v:v+nv], d, nil); err != nil {
+			return err
+		}
+		r, v = b, v+nv
+		if b < rows {
+			if err := c.FlushCurrentPage(); err != nil {
+				return err
+			}
+		}
+	}
+	return c.Close()
+}
+
+// writeRowGroup writes series (all with at least one sample or histogram,
+// or none at all) as one row group. Within a series, rows are the float
+// samples and histograms merged by timestamp (floats first on a tie).
+func (cw *columnWriter) writeRowGroup(w *file.Writer, series []*seriesData) error {
+	rows := 0
+	for _, s := range series {
+		rows += len(s.samples) + len(s.hists)
+	}
+	if rows == 0 {
+		return nil
+	}
+	rg, err := w.AppendRowGroupChecked()
+	if err != nil {
+		return err
+	}
+	// Row order: per series, merge samples and histograms by T.
+	cw.ts, cw.vals, cw.ints, cw.hist = cw.ts[:0], cw.vals[:0], cw.ints[:0], cw.hist[:0]
+	cw.fdef, cw.idef, cw.hdef, cw.ddef = cw.fdef[:0], cw.idef[:0], cw.hdef[:0], cw.ddef[:0]
+	cw.hcount, cw.hsum, cw.histBuf = cw.hcount[:0], cw.hsum[:0], cw.histBuf[:0]
+	cw.divs, cw.intEnds = cw.divs[:0], cw.intEnds[:0]
+	type span struct{ start, end int }
+	var hspans []span
+	for _, s := range series {
+		div := chooseDivisor(s.samples)
+		i, j := 0, 0
+		for i < len(s.samples) || j < len(s.hists) {
+			if j >= len(s.hists) || (i < len(s.samples) && s.samples[i].T <= s.hists[j].T) {
+				v := s.samples[i].V
+				cw.ts = append(cw.ts, s.samples[i].T)
+				if iv, ok := scaledInt(v, div); ok {
+					cw.ints = append(cw.ints, iv)
+					cw.idef, cw.fdef = append(cw.idef, 1), append(cw.fdef, 0)
+					if div != 1 {
+						cw.divs = append(cw.divs, div)
+						cw.ddef = append(cw.ddef, 1)
+					} else {
+						cw.ddef = append(cw.ddef, 0)
+					}
+				} else {
+					cw.ddef = append(cw.ddef, 0)
+					cw.vals = append(cw.vals, v)
+					cw.idef, cw.fdef = append(cw.idef, 0), append(cw.fdef, 1)
+				}
+				cw.hdef = append(cw.hdef, 0)
+				i++
+				continue
+			}
+			h := s.hists[j]
+			cw.ts = append(cw.ts, h.T)
+			start := len(cw.histBuf)
+			if cw.histBuf, err = appendHistogram(cw.histBuf, h); err != nil {
+				return err
+			}
+			hspans = append(hspans, span{start, len(cw.histBuf)})
+			if h.H != nil {
+				cw.hcount, cw.hsum = append(cw.hcount, float64(h.H.Count)), append(cw.hsum, h.H.Sum)
+			} else {
+				cw.hcount, cw.hsum = append(cw.hcount, h.FH.Count), append(cw.hsum, h.FH.Sum)
+			}
+			cw.idef, cw.fdef, cw.hdef = append(cw.idef, 0), append(cw.fdef, 0), append(cw.hdef, 1)
+			cw.ddef = append(cw.ddef, 0)
+			j++
+		}
+		cw.intEnds = append(cw.intEnds, len(cw.ints))
+	}
+	for _, sp := range hspans {
+		cw.hist = append(cw.hist, cw.histBuf[sp.start:sp.end])
+	}
+
+	// __name__
+	cw.names = cw.names[:0]
+	for _, s := range series {
+		name := parquet.ByteArray(s.name)
+		for range len(s.samples) + len(s.hists) {
+			cw.names = append(cw.names, name)
+		}
+	}
+	if err := writeByteArray(rg, cw.names, nil); err != nil {
+		return err
+	}
+	// Label columns.
+	for _, ln := range cw.labelNames {
+		cw.strs, cw.def = cw.strs[:0], cw.def[:0]
+		for _, s := range series {
+			n := len(s.samples) + len(s.hists)
+			v := s.lbls.Get(ln)
+			var d int16
+			if v != "" {
+				d = 1
+			}
+			for range n {
+				cw.def = append(cw.def, d)
+				if d == 1 {
+					cw.strs = append(cw.strs, parquet.ByteArray(v))
+				}
+			}
+		}
+		if err := writeByteArray(rg, cw.strs, cw.def); err != nil {
+			return err
+		}
+	}
+	cw.planBreaks(series)
+	if err := writeInt64Paged(rg, cw.ts, nil, cw.tsBreaks); err != nil {
+		return err
+	}
+	if err := writeFloat64(rg, cw.vals, cw.fdef); err != nil {
+		return err
+	}
+	if err := writeInt64Paged(rg, cw.ints, cw.idef, cw.intBreaks); err != nil {
+		return err
+	}
+	if err := writeFloat64(rg, cw.divs, cw.ddef); err != nil {
+		return err
+	}
+	if err := writeByteArray(rg, cw.hist, cw.hdef); err != nil {
+		return err
+	}
+	if err := writeFloat64(rg, cw.hcount, cw.hdef); err != nil {
+		return err
+	}
+	if err := writeFloat64(rg, cw.hsum, cw.hdef); err != nil {
+		return err
+	}
+	return rg.Close()
+}
+
+func nextColumn[T any](rg file.SerialRowGroupWriter) (T, error) {
+	var zero T
+	c, err := rg.NextColumn()
+	if err != nil {
+		return zero, err
+	}
+	t, ok := c.(T)
+	if !ok {
+		return zero, fmt.Errorf("promsample: column writer is %T, want %T", c, zero)
+	}
+	return t, nil
+}
+
+func writeByteArray(rg file.SerialRowGroupWriter, vals []parquet.ByteArray, def []int16) error {
+	c, err := nextColumn[*file.ByteArrayColumnChunkWriter](rg)
+	if err != nil {
+		return err
+	}
+	if _, err := c.WriteBatch(vals, def, nil); err != nil {
+		return err
+	}
+	return c.Close()
+}
+
+func writeInt64(rg file.SerialRowGroupWriter, vals []int64, def []int16) error {
+	c, err := nextColumn[*file.Int64ColumnChunkWriter](rg)
+	if err != nil {
+		return err
+	}
+	if _, err := c.WriteBatch(vals, def, nil); err != nil {
+		return err
+	}
+	return c.Close()
+}
+
+func writeFloat64(rg file.SerialRowGroupWriter, vals []float64, def []int16) error {
+	c, err := nextColumn[*file.Float64ColumnChunkWriter](rg)
+	if err != nil {
+		return err
+	}
+	if _, err := c.WriteBatch(vals, def, nil); err != nil {
+		return err
+	}
+	return c.Close()
+}
+
+// Divisors of the scaled integer path. A value v is stored as the integer
+// k = v*D in __int__ (with D in __div__) when |k| <= 2^53 and k/D gives v's
+// exact bits: IEEE division is correctly rounded, so a decimal like 12.34
+// (what an exporter prints and Prometheus parses) is exactly 1234/100, and
+// k/2^-e is exactly k*2^e. Decimal divisors turn 2-decimal gauges and
+// counters (node_cpu_seconds_total) into small-delta integers; binary ones
+// strip the zero low bits of byte counts in pages (multiples of 4096).
+const maxDecimalDivisor = 1e6 // divisors 10, 100, ..., 1e6 (each exact)
+
+const maxBinaryShift = 24
+
+// scaledInt returns k with k/div == v bit for bit, if there is one.
+func scaledInt(v, div float64) (int64, bool) {
+	if div == 1 {
+		return isIntegral(v)
+	}
+	k := math.Round(v * div)
+	if !(k >= -maxInt53 && k <= maxInt53) { // also refuses NaN
+		return 0, false
+	}
+	// Check exactly what the reader computes (this also refuses -0).
+	if ik := int64(k); math.Float64bits(float64(ik)/div) == math.Float64bits(v) {
+		return ik, true
+	}
+	return 0, false
+}
+
+// chooseDivisor picks a series' divisor: the one that puts the most of its
+// samples on the integer path, preferring 1, then the largest binary
+// shift, then the smallest decimal.
+func chooseDivisor(samples []Sample) float64 {
+	if len(samples) == 0 {
+		return 1
+	}
+	ints := 0
+	tz := maxBinaryShift
+	for _, s := range samples {
+		if k, ok := isIntegral(s.V); ok {
+			ints++
+			if k != 0 {
+				tz = min(tz, bits.TrailingZeros64(uint64(k)))
+			}
+		}
+	}
+	if ints == len(samples) {
+		if tz > 0 && tz < maxBinaryShift {
+			return math.Ldexp(1, -tz)
+		}
+		return 1
+	}
+	best, bestN := 1.0, ints
+	for d := 10.0; d <= maxDecimalDivisor; d *= 10 {
+		n := 0
+		for _, s := range samples {
+			if _, ok := scaledInt(s.V, d); ok {
+				n++
+			}
+		}
+		if n > bestN+len(samples)/8 { // worth a divisor column entry
+			best, bestN = d, n
+		}
+		if n == len(samples) {
+			break
+		}
+	}
+	return best
+}

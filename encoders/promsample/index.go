@@ -1,0 +1,131 @@
+package promsample
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+)
+
+// Index is a segment's index: the archive stores it as the segment's
+// caller_index (Segment.Index), and the segment's Parquet footer carries
+// the same bytes under KeySegmentIndex, so a reader plans from either the
+// catalog (without fetching the BLOB) or the BLOB alone.
+type Index struct {
+	// MinT and MaxT are the sample-time span (Unix ms, inclusive) of every
+	// float sample, histogram and exemplar in the segment. When the segment
+	// holds none (metadata only), MinT > MaxT.
+	MinT, MaxT int64
+	Samples    int64 // float samples
+	Histograms int64 // histogram samples
+	Exemplars  int64
+	Series     int64
+	// Metrics are the metric names present, sorted; Parquet rows are
+	// sorted by metric name first, so each row group covers a contiguous
+	// run of them.
+	Metrics   []string
+	RowGroups []RowGroupInfo
+}
+
+// RowGroupInfo describes one Parquet row group.
+type RowGroupInfo struct {
+	Rows        int64
+	Series      int64
+	MinT, MaxT  int64 // sample-time span of its rows, Unix ms inclusive
+	FirstMetric int   // index into Index.Metrics of its first row's metric
+	LastMetric  int   // ... and of its last row's
+}
+
+// Overlaps reports whether the segment may hold samples in [mint, maxt]
+// (Unix ms, inclusive).
+func (x *Index) Overlaps(mint, maxt int64) bool { return x.MinT <= maxt && x.MaxT >= mint }
+
+// MetricsOf returns the metric names row group i covers.
+func (x *Index) MetricsOf(i int) []string {
+	g := x.RowGroups[i]
+	return x.Metrics[g.FirstMetric : g.LastMetric+1]
+}
+
+const indexFormatV1 = 1
+
+// AppendBinary appends the index's encoding to b.
+func (x *Index) AppendBinary(b []byte) ([]byte, error) {
+	b = append(b, indexFormatV1)
+	b = binary.AppendVarint(b, x.MinT)
+	b = binary.AppendVarint(b, x.MaxT)
+	b = binary.AppendUvarint(b, uint64(x.Samples))
+	b = binary.AppendUvarint(b, uint64(x.Histograms))
+	b = binary.AppendUvarint(b, uint64(x.Exemplars))
+	b = binary.AppendUvarint(b, uint64(x.Series))
+	b = binary.AppendUvarint(b, uint64(len(x.Metrics)))
+	for _, m := range x.Metrics {
+		b = binary.AppendUvarint(b, uint64(len(m)))
+		b = append(b, m...)
+	}
+	b = binary.AppendUvarint(b, uint64(len(x.RowGroups)))
+	for _, g := range x.RowGroups {
+		b = binary.AppendUvarint(b, uint64(g.Rows))
+		b = binary.AppendUvarint(b, uint64(g.Series))
+		b = binary.AppendVarint(b, g.MinT)
+		b = binary.AppendVarint(b, g.MaxT)
+		b = binary.AppendUvarint(b, uint64(g.FirstMetric))
+		b = binary.AppendUvarint(b, uint64(g.LastMetric-g.FirstMetric))
+	}
+	return b, nil
+}
+
+// ParseIndex decodes an index written by the Encoder (Segment.Index, or
+// the footer's KeySegmentIndex value). Errors match ErrCorruptSegment or
+// ErrUnsupportedVersion.
+func ParseIndex(b []byte) (Index, error) {
+	if len(b) == 0 {
+		return Index{}, corruptSegment("empty index", nil)
+	}
+	if b[0] != indexFormatV1 {
+		return Index{}, fmt.Errorf("%w: index format %d", ErrUnsupportedVersion, b[0])
+	}
+	r := reader{b: b[1:]}
+	var x Index
+	x.MinT = r.varint()
+	x.MaxT = r.varint()
+	x.Samples = r.nonNeg()
+	x.Histograms = r.nonNeg()
+	x.Exemplars = r.nonNeg()
+	x.Series = r.nonNeg()
+	if n := r.count(1); n > 0 {
+		x.Metrics = make([]string, n)
+		for i := range x.Metrics {
+			x.Metrics[i] = string(r.bytes(r.count(1)))
+		}
+	}
+	if n := r.count(6); n > 0 {
+		x.RowGroups = make([]RowGroupInfo, n)
+		for i := range x.RowGroups {
+			g := &x.RowGroups[i]
+			g.Rows = r.nonNeg()
+			g.Series = r.nonNeg()
+			g.MinT = r.varint()
+			g.MaxT = r.varint()
+			first, span := r.uvarint(), r.uvarint()
+			if r.err == nil && (first >= uint64(len(x.Metrics)) || span >= uint64(len(x.Metrics))-first) {
+				r.fail("row group metric range out of bounds")
+			}
+			g.FirstMetric, g.LastMetric = int(first), int(first+span)
+		}
+	}
+	if r.err == nil && len(r.b) != 0 {
+		r.fail("trailing bytes")
+	}
+	if r.err != nil {
+		return Index{}, corruptSegment("index", r.err)
+	}
+	return x, nil
+}
+
+func (r *reader) nonNeg() int64 {
+	v := r.uvarint()
+	if v > math.MaxInt64 {
+		r.fail("count out of range")
+		return 0
+	}
+	return int64(v)
+}

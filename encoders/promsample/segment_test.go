@@ -1,0 +1,483 @@
+package promsample
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+
+	pq "github.com/parquet-go/parquet-go"
+	"github.com/prometheus/prometheus/model/labels"
+
+	"github.com/dendro-receiver/dendro-receiver/archive"
+)
+
+// rowsOf encodes batches as wal rows with strictly increasing receipt ts.
+func rowsOf(t testing.TB, batches []Batch) []archive.Row {
+	t.Helper()
+	rows := make([]archive.Row, len(batches))
+	for i := range batches {
+		data, err := EncodeBatch(&batches[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows[i] = archive.Row{Stream: "samples/00", TS: int64(1_000_000 + i*7), Data: data}
+	}
+	return rows
+}
+
+func wantMetadata(batches []Batch) []Metadata {
+	var out []Metadata
+	for _, b := range batches {
+		for _, m := range b.Metadata {
+			if !slices.Contains(out, m) {
+				out = append(out, m)
+			}
+		}
+	}
+	slices.SortFunc(out, compareMetadata)
+	return out
+}
+
+// randQuery draws matchers of every type and a time range.
+func randQuery(t testing.TB, r *rand.Rand) Query {
+	q := AllTime()
+	if r.IntN(2) == 0 {
+		q.MinT, q.MaxT = int64(r.IntN(500))*1000, int64(500+r.IntN(600))*1000
+	}
+	types := []labels.MatchType{labels.MatchEqual, labels.MatchNotEqual, labels.MatchRegexp, labels.MatchNotRegexp}
+	names := []string{"__name__", "job", "instance", "__meta", "absent"}
+	vals := []string{"up", "a", "x", "y|host-.*", "", ".+"}
+	for range r.IntN(3) {
+		m, err := labels.NewMatcher(types[r.IntN(4)], names[r.IntN(len(names))], vals[r.IntN(len(vals))])
+		if err != nil {
+			t.Fatal(err)
+		}
+		q.Matchers = append(q.Matchers, m)
+	}
+	return q
+}
+
+// TestSegmentRoundTrip is the property test: random batches -> rows ->
+// segment (through archive.Materialize) -> read back equals the input minus
+// exact duplicates, bit for bit; the live-tail reader gives the same answer;
+// an independent Parquet implementation reads the same values.
+func TestSegmentRoundTrip(t *testing.T) {
+	for seed := uint64(0); seed < 80; seed++ {
+		r := rand.New(rand.NewPCG(seed, 99))
+		batches := randBatches(r, 1+r.IntN(30))
+		rows := rowsOf(t, batches)
+		// Small row groups exercise pruning, multi-group reads and series
+		// split across groups.
+		enc := &Encoder{Opts: Options{RowGroupRows: []int{0, 1, 3, 17}[seed%4]}}
+		seg, err := archive.Materialize(enc, "samples/00", rows)
+		if err != nil {
+			t.Fatalf("seed %d: %v", seed, err)
+		}
+		if seg.Rows != int64(len(rows)) || seg.FirstTS != rows[0].TS || seg.LastTS != rows[len(rows)-1].TS {
+			t.Fatalf("seed %d: segment claims %d rows [%d, %d]", seed, seg.Rows, seg.FirstTS, seg.LastTS)
+		}
+		all := AllTime()
+		want := expected(batches, all)
+		got, err := ReadSegment(seg.Bytes, all)
+		if err != nil {
+			t.Fatalf("seed %d: %v", seed, err)
+		}
+		if d := diffSeries(got, want); d != "" {
+			t.Fatalf("seed %d: segment: %s", seed, d)
+		}
+		tail, err := ReadRows(rows, all)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := diffSeries(tail, want); d != "" {
+			t.Fatalf("seed %d: rows: %s", seed, d)
+		}
+		for range 10 {
+			q := randQuery(t, r)
+			want := expected(batches, q)
+			got, err := ReadSegment(seg.Bytes, q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := diffSeries(got, want); d != "" {
+				t.Fatalf("seed %d query %v [%d,%d]: segment: %s", seed, q.Matchers, q.MinT, q.MaxT, d)
+			}
+			tail, err := ReadRows(rows, q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := diffSeries(tail, want); d != "" {
+				t.Fatalf("seed %d query %v: rows: %s", seed, q.Matchers, d)
+			}
+		}
+		meta, err := ReadSegmentMetadata(seg.Bytes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(meta, wantMetadata(batches)) {
+			t.Fatalf("seed %d: metadata %v, want %v", seed, meta, wantMetadata(batches))
+		}
+		rmeta, err := ReadRowsMetadata(rows)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(rmeta, meta) {
+			t.Fatalf("seed %d: rows metadata %v, want %v", seed, rmeta, meta)
+		}
+		checkIndex(t, seg, want)
+		checkWithParquetGo(t, seg.Bytes, want)
+		if seed%10 == 0 {
+			checkWithParquetGoFile(t, seg.Bytes)
+		}
+	}
+}
+
+func checkIndex(t *testing.T, seg *archive.Segment, want []Series) {
+	t.Helper()
+	idx, err := ParseIndex(seg.Index)
+	if err != nil {
+		t.Fatal(err)
+	}
+	footer, err := ReadSegmentIndex(seg.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b1, _ := idx.AppendBinary(nil)
+	b2, _ := footer.AppendBinary(nil)
+	if !bytes.Equal(b1, b2) {
+		t.Fatal("Segment.Index differs from the footer's index")
+	}
+	var n, h, e int64
+	mint, maxt := int64(math.MaxInt64), int64(math.MinInt64)
+	var metrics []string
+	for _, s := range want {
+		n += int64(len(s.Samples))
+		h += int64(len(s.Histograms))
+		e += int64(len(s.Exemplars))
+		for _, x := range s.Samples {
+			mint, maxt = min(mint, x.T), max(maxt, x.T)
+		}
+		for _, x := range s.Histograms {
+			mint, maxt = min(mint, x.T), max(maxt, x.T)
+		}
+		for _, x := range s.Exemplars {
+			mint, maxt = min(mint, x.T), max(maxt, x.T)
+		}
+		if name := s.Labels.Get("__name__"); len(s.Samples)+len(s.Histograms) > 0 && !slices.Contains(metrics, name) {
+			metrics = append(metrics, name)
+		}
+	}
+	if idx.Samples != n || idx.Histograms != h || idx.Exemplars != e || idx.MinT != mint || idx.MaxT != maxt {
+		t.Fatalf("index %+v; want %d samples, %d histograms, %d exemplars over [%d, %d]", idx, n, h, e, mint, maxt)
+	}
+	for _, m := range metrics {
+		if !slices.Contains(idx.Metrics, m) {
+			t.Fatalf("index metrics %q lack %q", idx.Metrics, m)
+		}
+	}
+}
+
+// checkWithParquetGo reads every row with github.com/parquet-go/parquet-go
+// and compares metric name, labels, timestamp and value with want.
+func checkWithParquetGo(t *testing.T, seg []byte, want []Series) {
+	t.Helper()
+	f, err := pq.OpenFile(bytes.NewReader(seg), int64(len(seg)))
+	if err != nil {
+		t.Fatalf("parquet-go: %v", err)
+	}
+	cols := f.Schema().Columns()
+	type flat struct {
+		lbls string
+		t    int64
+		bits uint64
+		hist bool
+	}
+	var got []flat
+	for _, rg := range f.RowGroups() {
+		rows := rg.Rows()
+		buf := make([]pq.Row, 64)
+		for {
+			n, err := rows.ReadRows(buf)
+			for _, row := range buf[:n] {
+				var fl flat
+				sb := labels.NewScratchBuilder(8)
+				var v *float64
+				var ival *int64
+				div := 1.0
+				for _, val := range row {
+					name := cols[val.Column()][0]
+					if val.IsNull() {
+						continue
+					}
+					switch name {
+					case ColMetric:
+						if n := string(val.ByteArray()); n != "" {
+							sb.Add("__name__", n)
+						}
+					case ColTimestamp:
+						fl.t = val.Int64()
+					case ColValue:
+						x := val.Double()
+						v = &x
+					case ColInt:
+						x := val.Int64()
+						ival = &x
+					case ColDiv:
+						div = val.Double()
+					case ColHist:
+						fl.hist = true
+					case ColHistCount, ColHistSum:
+					default:
+						ln, _ := columnLabel(name)
+						sb.Add(ln, string(val.ByteArray()))
+					}
+				}
+				if ival != nil {
+					x := float64(*ival) / div
+					v = &x
+				}
+				sb.Sort()
+				fl.lbls = sb.Labels().String()
+				if v != nil {
+					fl.bits = math.Float64bits(*v)
+				}
+				got = append(got, fl)
+			}
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatalf("parquet-go rows: %v", err)
+			}
+		}
+		rows.Close()
+	}
+	var exp []flat
+	for _, s := range want {
+		i, j := 0, 0
+		for i < len(s.Samples) || j < len(s.Histograms) {
+			if j >= len(s.Histograms) || (i < len(s.Samples) && s.Samples[i].T <= s.Histograms[j].T) {
+				exp = append(exp, flat{lbls: s.Labels.String(), t: s.Samples[i].T, bits: math.Float64bits(s.Samples[i].V)})
+				i++
+			} else {
+				exp = append(exp, flat{lbls: s.Labels.String(), t: s.Histograms[j].T, hist: true})
+				j++
+			}
+		}
+	}
+	if len(got) != len(exp) {
+		t.Fatalf("parquet-go read %d rows, want %d", len(got), len(exp))
+	}
+	for i := range got {
+		if got[i] != exp[i] {
+			t.Fatalf("parquet-go row %d = %+v, want %+v", i, got[i], exp[i])
+		}
+	}
+	// The timestamp column carries the TIMESTAMP(MILLIS) logical type.
+	leaf, ok := f.Schema().Lookup(ColTimestamp)
+	if !ok {
+		t.Fatal("no timestamp column")
+	}
+	if lt := leaf.Node.Type().LogicalType(); lt == nil || !strings.Contains(lt.String(), "TIMESTAMP(isAdjustedToUTC=true,unit=MILLIS") {
+		t.Fatalf("timestamp logical type = %v", lt)
+	}
+}
+
+// checkWithParquetGoFile also opens the segment as a file written to disk.
+func checkWithParquetGoFile(t *testing.T, seg []byte) {
+	t.Helper()
+	path := t.TempDir() + "/segment.parquet"
+	if err := writeFile(path, seg); err != nil {
+		t.Fatal(err)
+	}
+	f, err := openFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pf, err := pq.OpenFile(f, st.Size())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for _, rg := range pf.RowGroups() {
+		n += rg.NumRows()
+	}
+	if n != pf.NumRows() {
+		t.Fatalf("row groups hold %d rows, file says %d", n, pf.NumRows())
+	}
+}
+
+func TestEncoderContract(t *testing.T) {
+	enc := &Encoder{}
+	if enc.Version() != EncoderVersion {
+		t.Fatal("version")
+	}
+	if seg, err := archive.Materialize(enc, "samples/00", nil); seg != nil || err != nil {
+		t.Fatalf("empty input: %v, %v", seg, err)
+	}
+	// Metadata-only rows still make a segment that holds them.
+	rows := rowsOf(t, []Batch{{Metadata: []Metadata{{MetricFamily: "up", Type: "gauge"}}}})
+	seg, err := archive.Materialize(enc, "samples/00", rows)
+	if err != nil || seg == nil || seg.Rows != 1 {
+		t.Fatalf("metadata only: %v, %v", seg, err)
+	}
+	if meta, err := ReadSegmentMetadata(seg.Bytes); err != nil || len(meta) != 1 {
+		t.Fatalf("metadata only: %v, %v", meta, err)
+	}
+	if got, err := ReadSegment(seg.Bytes, AllTime()); err != nil || len(got) != 0 {
+		t.Fatalf("metadata only read: %v, %v", got, err)
+	}
+	// A corrupt row fails the encode, wrapped by the archive.
+	rows = append(rows, archive.Row{TS: rows[0].TS + 1, Data: []byte{rowFormatV1, 1, 2}})
+	_, err = archive.Materialize(enc, "samples/00", rows)
+	if !errors.Is(err, archive.ErrEncoder) || !errors.Is(err, ErrCorruptRow) {
+		t.Fatalf("corrupt row: %v", err)
+	}
+	// Equal rows give equal segments (the writer and a reader agree).
+	r := rand.New(rand.NewPCG(5, 5))
+	rows = rowsOf(t, randBatches(r, 20))
+	a, err := archive.Materialize(enc, "samples/00", rows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := archive.Materialize(enc, "samples/00", rows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(a.Bytes, b.Bytes) || !bytes.Equal(a.Index, b.Index) {
+		t.Fatal("encoding is not deterministic")
+	}
+}
+
+func TestMerge(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 7))
+	batches := randBatches(r, 40)
+	rows := rowsOf(t, batches)
+	enc := &Encoder{Opts: Options{RowGroupRows: 5}}
+	var stored []archive.StoredSegment
+	for i, cut := range [][2]int{{0, 10}, {10, 11}, {11, 30}, {30, 40}} {
+		seg, err := archive.Materialize(enc, "samples/00", rows[cut[0]:cut[1]])
+		if err != nil {
+			t.Fatal(err)
+		}
+		stored = append(stored, archive.StoredSegment{Seq: int64(i + 1), Bytes: seg.Bytes, Index: seg.Index,
+			SegmentMeta: archive.SegmentMeta{Rows: seg.Rows, FirstTS: seg.FirstTS, LastTS: seg.LastTS, Size: int64(len(seg.Bytes))}})
+	}
+	merged, consumed, err := enc.Merge("samples/00", stored)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if consumed != 4 || merged.Rows != 40 || merged.FirstTS != rows[0].TS || merged.LastTS != rows[39].TS {
+		t.Fatalf("merged %d segments: %d rows over [%d, %d]", consumed, merged.Rows, merged.FirstTS, merged.LastTS)
+	}
+	want := expected(batches, AllTime())
+	got, err := ReadSegment(merged.Bytes, AllTime())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := diffSeries(got, want); d != "" {
+		t.Fatal(d)
+	}
+	meta, err := ReadSegmentMetadata(merged.Bytes)
+	if err != nil || !slices.Equal(meta, wantMetadata(batches)) {
+		t.Fatalf("merged metadata %v, %v", meta, err)
+	}
+	checkIndex(t, merged, want)
+	checkWithParquetGo(t, merged.Bytes, want)
+
+	// A size limit stops the run; fewer than two fitting means no merge.
+	small := &Encoder{Opts: Options{MaxMergeBytes: int64(len(stored[0].Bytes) + len(stored[1].Bytes))}}
+	if _, consumed, err := small.Merge("samples/00", stored); err != nil || consumed != 2 {
+		t.Fatalf("limited merge consumed %d, %v", consumed, err)
+	}
+	tiny := &Encoder{Opts: Options{MaxMergeBytes: 1}}
+	if seg, consumed, err := tiny.Merge("samples/00", stored); err != nil || consumed >= 2 || seg != nil {
+		t.Fatalf("tiny merge: %v, %d, %v", seg, consumed, err)
+	}
+}
+
+func TestStreamFor(t *testing.T) {
+	if got := StreamFor("up", 1); got != "samples/00" {
+		t.Fatalf("one bucket: %s", got)
+	}
+	seen := map[string]bool{}
+	for _, m := range []string{"a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l"} {
+		s := StreamFor(m, DefaultStreamBuckets)
+		if s != StreamFor(m, DefaultStreamBuckets) || !slices.Contains(StreamsFor(DefaultStreamBuckets), s) {
+			t.Fatalf("StreamFor(%q) = %q", m, s)
+		}
+		seen[s] = true
+	}
+	if len(seen) < 3 {
+		t.Fatalf("12 metrics in only %d streams", len(seen))
+	}
+	if StreamFor("x", 0) != StreamFor("x", DefaultStreamBuckets) || len(StreamsFor(300)) != DefaultStreamBuckets {
+		t.Fatal("bad bucket counts are not the default")
+	}
+	if got := StreamsFor(256)[255]; got != "samples/ff" {
+		t.Fatalf("last of 256 = %s", got)
+	}
+	b := Batch{Series: []Series{{Labels: labels.FromStrings("__name__", "a")}, {Labels: labels.FromStrings("__name__", "b")}, {Labels: labels.FromStrings("__name__", "a", "x", "y")}},
+		Metadata: []Metadata{{MetricFamily: "a"}}}
+	n := 0
+	for _, sb := range SplitBatch(&b, 4) {
+		for _, s := range sb.Batch.Series {
+			if StreamFor(s.Labels.Get("__name__"), 4) != sb.Stream {
+				t.Fatalf("%s routed to %s", s.Labels, sb.Stream)
+			}
+			n++
+		}
+		for _, m := range sb.Batch.Metadata {
+			if StreamFor(m.MetricFamily, 4) != sb.Stream {
+				t.Fatal("metadata misrouted")
+			}
+		}
+	}
+	if n != 3 {
+		t.Fatalf("split kept %d series", n)
+	}
+}
+
+func TestReadSegmentErrors(t *testing.T) {
+	r := rand.New(rand.NewPCG(8, 8))
+	seg, err := archive.Materialize(&Encoder{}, "s", rowsOf(t, randBatches(r, 5)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range [][]byte{nil, []byte("PAR1"), seg.Bytes[:len(seg.Bytes)/2], append(slices.Clone(seg.Bytes[:len(seg.Bytes)-1]), 'X')} {
+		if _, err := ReadSegment(b, AllTime()); !errors.Is(err, ErrCorruptSegment) {
+			t.Fatalf("err = %v, want ErrCorruptSegment", err)
+		}
+	}
+	if _, err := ParseIndex([]byte{7}); !errors.Is(err, ErrUnsupportedVersion) {
+		t.Fatalf("index version: %v", err)
+	}
+}
+
+func FuzzReadSegment(f *testing.F) {
+	r := rand.New(rand.NewPCG(9, 9))
+	for i := range 4 {
+		seg, err := archive.Materialize(&Encoder{Opts: Options{RowGroupRows: i + 1}}, "s", rowsOf(f, randBatches(r, 3)))
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(seg.Bytes)
+		f.Add(seg.Bytes[len(seg.Bytes)/3:])
+	}
+	f.Add([]byte("PAR1\x00\x00\x00\x00PAR1"))
+	f.Fuzz(func(t *testing.T, seg []byte) {
+		// Any error is fine; a panic or a hang is not.
+		_, _ = ReadSegment(seg, AllTime())
+		_, _ = ReadSegmentMetadata(seg)
+	})
+}
