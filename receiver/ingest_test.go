@@ -1,0 +1,416 @@
+package receiver
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/prompb"
+	writev2 "github.com/prometheus/prometheus/prompb/io/prometheus/write/v2"
+
+	"github.com/dendro-receiver/dendro-receiver/archive"
+	"github.com/dendro-receiver/dendro-receiver/encoders/promsample"
+)
+
+// stack is a receiver over a real archive file: the Ingester behind a
+// Handler on a loopback server.
+type stack struct {
+	path   string
+	url    string
+	w      *archive.Writer
+	reader *archive.Archive
+	ing    *Ingester
+	srv    *httptest.Server
+	closed bool
+}
+
+func openStack(t *testing.T, path string, seal archive.SealPolicy) *stack {
+	t.Helper()
+	ctx := context.Background()
+	opts := archive.WriterOptions{Encoder: &promsample.Encoder{}, CheckpointInterval: -1}
+	var w *archive.Writer
+	var err error
+	if _, statErr := filepath.Glob(path); statErr == nil && fileExists(path) {
+		w, err = archive.OpenWriter(path, opts)
+	} else {
+		w, err = archive.CreateWriter(path, opts)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	reader, err := archive.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ing, err := NewIngester(ctx, IngestOptions{Writer: w, Reader: reader, Seal: seal})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := NewHandler(ing, Options{Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	s := &stack{path: path, url: srv.URL + "/api/v1/write", w: w, reader: reader, ing: ing, srv: srv}
+	t.Cleanup(func() { s.close(t) })
+	return s
+}
+
+// close stops the stack the way the binary does: finalize, close the read
+// handle, close the writer.
+func (s *stack) close(t *testing.T) {
+	if s.closed {
+		return
+	}
+	s.closed = true
+	s.srv.Close()
+	if err := s.ing.Finalize(context.Background()); err != nil {
+		t.Errorf("finalize: %v", err)
+	}
+	s.reader.Close()
+	if err := s.w.Close(); err != nil {
+		t.Errorf("writer close: %v", err)
+	}
+}
+
+func fileExists(p string) bool {
+	m, _ := filepath.Glob(p)
+	return len(m) == 1
+}
+
+// readBack reads every series of the archive at path: each stream's
+// segments in seq order and its live tail, merged per label set across
+// streams and sources, sorted by time, exact duplicates removed.
+func readBack(t testing.TB, path string) []promsample.Series {
+	t.Helper()
+	a, err := archive.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	bySeries := map[string]*promsample.Series{}
+	q := promsample.AllTime()
+	add := func(ss []promsample.Series) {
+		for _, s := range ss {
+			k := s.Labels.String()
+			m := bySeries[k]
+			if m == nil {
+				m = &promsample.Series{Labels: s.Labels}
+				bySeries[k] = m
+			}
+			m.Samples = append(m.Samples, s.Samples...)
+			m.Histograms = append(m.Histograms, s.Histograms...)
+			m.Exemplars = append(m.Exemplars, s.Exemplars...)
+		}
+	}
+	if err := a.View(context.Background(), func(tx *archive.ReadTx) error {
+		srcs, err := tx.Sources()
+		if err != nil {
+			return err
+		}
+		for _, src := range srcs {
+			streams, err := tx.Streams(src.ID)
+			if err != nil {
+				return err
+			}
+			for _, st := range streams {
+				segs, err := tx.Segments(src.ID, st)
+				if err != nil {
+					return err
+				}
+				for _, seg := range segs {
+					ss, err := promsample.ReadSegment(seg.Bytes, q)
+					if err != nil {
+						return err
+					}
+					add(ss)
+				}
+				live, err := tx.LiveWAL(src.ID, st)
+				if err != nil {
+					return err
+				}
+				ss, err := promsample.ReadRows(live, q)
+				if err != nil {
+					return err
+				}
+				add(ss)
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	out := make([]promsample.Series, 0, len(bySeries))
+	for _, s := range bySeries {
+		sort.SliceStable(s.Samples, func(i, j int) bool { return s.Samples[i].T < s.Samples[j].T })
+		dedup := s.Samples[:0]
+		for i, x := range s.Samples {
+			if i > 0 && x.T == dedup[len(dedup)-1].T && eqFloat(x.V, dedup[len(dedup)-1].V) {
+				continue
+			}
+			dedup = append(dedup, x)
+		}
+		s.Samples = dedup
+		sort.SliceStable(s.Histograms, func(i, j int) bool { return s.Histograms[i].T < s.Histograms[j].T })
+		hd := s.Histograms[:0]
+		for i, h := range s.Histograms {
+			if i > 0 && h.T == hd[len(hd)-1].T && diffHistogram(h, hd[len(hd)-1]) == "" {
+				continue
+			}
+			hd = append(hd, h)
+		}
+		s.Histograms = hd
+		sort.SliceStable(s.Exemplars, func(i, j int) bool { return s.Exemplars[i].T < s.Exemplars[j].T })
+		ed := s.Exemplars[:0]
+		for i, e := range s.Exemplars {
+			if last := len(ed) - 1; i > 0 && e.T == ed[last].T && eqFloat(e.V, ed[last].V) && labels.Equal(e.Labels, ed[last].Labels) {
+				continue
+			}
+			ed = append(ed, e)
+		}
+		s.Exemplars = ed
+		out = append(out, *s)
+	}
+	sort.Slice(out, func(i, j int) bool { return labels.Compare(out[i].Labels, out[j].Labels) < 0 })
+	return out
+}
+
+func walRows(t testing.TB, path string) int64 {
+	a, err := archive.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	st, err := a.Stats(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.WALRows
+}
+
+func sortSeries(ss []promsample.Series) []promsample.Series {
+	out := append([]promsample.Series(nil), ss...)
+	sort.Slice(out, func(i, j int) bool { return labels.Compare(out[i].Labels, out[j].Labels) < 0 })
+	return out
+}
+
+// TestIngestRoundTripsThroughTheArchive: what 1.0 and 2.0 requests carry
+// is read back from the archive file bit for bit, across a seal (part
+// sealed into Parquet, part in the live tail).
+func TestIngestRoundTripsThroughTheArchive(t *testing.T) {
+	wr, want, _ := v1Fixture()
+	s := openStack(t, filepath.Join(t.TempDir(), "rt.db"), archive.SealPolicy{})
+	if a := post(t, s.url, bytes.NewReader(encodeV1(t, wr)), v1Headers()); a.code != http.StatusNoContent {
+		t.Fatalf("1.0: %d %s", a.code, a.body)
+	}
+	if err := s.ing.SealAll(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// The same series again, 1 hour later, as 2.0: the live tail.
+	v2 := &writev2.Request{Symbols: []string{"", "__name__", "late_metric", "job", "x"},
+		Timeseries: []writev2.TimeSeries{{LabelsRefs: []uint32{1, 2, 3, 4},
+			Samples: []writev2.Sample{{Value: 42.5, Timestamp: 3_600_000}, {Value: -1, Timestamp: 3_600_001}}}}}
+	a := post(t, s.url, bytes.NewReader(encodeV2(t, v2)), v2Headers())
+	if a.code != http.StatusNoContent || a.header.Get(HeaderSamplesWritten) != "2" {
+		t.Fatalf("2.0: %d %s, samples written %q", a.code, a.body, a.header.Get(HeaderSamplesWritten))
+	}
+	want = append(want, promsample.Series{Labels: labels.FromStrings("__name__", "late_metric", "job", "x"),
+		Samples: []promsample.Sample{{T: 3_600_000, V: 42.5}, {T: 3_600_001, V: -1}}})
+	// An exact retry of a committed request changes nothing a reader sees.
+	if a := post(t, s.url, bytes.NewReader(encodeV1(t, wr)), v1Headers()); a.code != http.StatusNoContent {
+		t.Fatalf("retry: %d %s", a.code, a.body)
+	}
+	got := readBack(t, s.path)
+	if d := diffSeries(got, sortSeries(want)); d != "" {
+		t.Fatal(d)
+	}
+}
+
+// TestBadInputChangesNothing: a refused request writes no row.
+func TestBadInputChangesNothing(t *testing.T) {
+	s := openStack(t, filepath.Join(t.TempDir(), "bad.db"), archive.SealPolicy{})
+	one := []prompb.Sample{{Timestamp: 1, Value: 1}}
+	for _, c := range []struct {
+		name string
+		body []byte
+		hdr  map[string]string
+		code int
+	}{
+		{"unsorted labels", v1Body(t, prompb.TimeSeries{Labels: lbl("__name__", "m", "b", "1", "a", "2"), Samples: one}), v1Headers(), 400},
+		{"missing __name__", v1Body(t, prompb.TimeSeries{Labels: lbl("job", "x"), Samples: one}), v1Headers(), 400},
+		{"not snappy", []byte("plain text"), v1Headers(), 400},
+		{"empty body", nil, v1Headers(), 400},
+		{"unsupported content type", v1Body(t, prompb.TimeSeries{Labels: lbl("__name__", "m"), Samples: one}), map[string]string{"Content-Type": "application/json", "Content-Encoding": "snappy"}, 415},
+	} {
+		a := post(t, s.url, bytes.NewReader(c.body), c.hdr)
+		if a.code != c.code {
+			t.Errorf("%s: %d %s, want %d", c.name, a.code, a.body, c.code)
+		}
+	}
+	if n := walRows(t, s.path); n != 0 {
+		t.Fatalf("refused requests left %d wal rows", n)
+	}
+}
+
+// TestConcurrentLaggingSendersLoseNothing: 8 senders over two sources,
+// each sending its series in order but lagging the others (as Prometheus
+// shards do), while seals run: every sample is present afterwards.
+func TestConcurrentLaggingSendersLoseNothing(t *testing.T) {
+	s := openStack(t, filepath.Join(t.TempDir(), "conc.db"), archive.SealPolicy{})
+	const senders, rounds, seriesPer = 8, 30, 5
+	base := int64(1_700_000_000_000)
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	var sealErr error
+	go func() { // seal continuously while the senders write
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if err := s.ing.SealAll(context.Background()); err != nil {
+				sealErr = err
+				return
+			}
+		}
+	}()
+	var want []promsample.Series
+	var mu sync.Mutex
+	for k := 0; k < senders; k++ {
+		wg.Add(1)
+		go func(k int) {
+			defer wg.Done()
+			lag := int64(k) * 600_000 // sender k lags 10 minutes per index
+			hdr := v1Headers()
+			hdr["X-Scope-OrgID"] = fmt.Sprintf("prom-%d", k%2)
+			var mine []promsample.Series
+			for i := 0; i < seriesPer; i++ {
+				mine = append(mine, promsample.Series{Labels: labels.FromStrings("__name__", "m", "sender", fmt.Sprint(k), "i", fmt.Sprint(i))})
+			}
+			for r := 0; r < rounds; r++ {
+				var wr prompb.WriteRequest
+				for i := range mine {
+					ts := base - lag + int64(r)*15_000
+					v := float64(k*1000 + r*10 + i)
+					wr.Timeseries = append(wr.Timeseries, prompb.TimeSeries{
+						Labels:  lbl("__name__", "m", "i", fmt.Sprint(i), "sender", fmt.Sprint(k)),
+						Samples: []prompb.Sample{{Timestamp: ts, Value: v}}})
+					mine[i].Samples = append(mine[i].Samples, promsample.Sample{T: ts, V: v})
+				}
+				if a := post(t, s.url, bytes.NewReader(encodeV1(t, &wr)), hdr); a.code != http.StatusNoContent {
+					t.Errorf("sender %d round %d: %d %s", k, r, a.code, a.body)
+					return
+				}
+			}
+			mu.Lock()
+			want = append(want, mine...)
+			mu.Unlock()
+		}(k)
+	}
+	wg.Wait()
+	close(stop)
+	if sealErr != nil {
+		t.Fatal(sealErr)
+	}
+	if st := s.w.Stats(); st.Seals == 0 || st.RowsDropped != 0 {
+		t.Fatalf("writer stats %+v: want seals and no dropped rows", st)
+	}
+	if d := diffSeries(readBack(t, s.path), sortSeries(want)); d != "" {
+		t.Fatal(d)
+	}
+}
+
+// TestABacklogOlderThanSealedDataIsKept: samples two hours older than data
+// already sealed are acknowledged and read back.
+func TestABacklogOlderThanSealedDataIsKept(t *testing.T) {
+	s := openStack(t, filepath.Join(t.TempDir(), "backlog.db"), archive.SealPolicy{})
+	now := time.Now().UnixMilli()
+	send := func(ts int64, v float64) {
+		t.Helper()
+		wr := &prompb.WriteRequest{Timeseries: []prompb.TimeSeries{{Labels: lbl("__name__", "up", "job", "a"),
+			Samples: []prompb.Sample{{Timestamp: ts, Value: v}}}}}
+		if a := post(t, s.url, bytes.NewReader(encodeV1(t, wr)), v1Headers()); a.code != http.StatusNoContent {
+			t.Fatalf("ts %d: %d %s", ts, a.code, a.body)
+		}
+	}
+	send(now, 1)
+	if err := s.ing.SealAll(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	send(now-2*3600_000, 0.5)
+	if err := s.ing.SealAll(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	send(now-2*3600_000+15_000, 0.75) // and one still live
+	want := []promsample.Series{{Labels: labels.FromStrings("__name__", "up", "job", "a"),
+		Samples: []promsample.Sample{{T: now - 2*3600_000, V: 0.5}, {T: now - 2*3600_000 + 15_000, V: 0.75}, {T: now, V: 1}}}}
+	if d := diffSeries(readBack(t, s.path), want); d != "" {
+		t.Fatal(d)
+	}
+}
+
+// TestRestartKeepsSourcesAndUUIDs: a reopened archive resumes its sources
+// with the same ids and uuids, keeps accepting writes, and seals again.
+func TestRestartKeepsSourcesAndUUIDs(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "restart.db")
+	policy := archive.SealPolicy{MaxRows: 4}
+	write := func(s *stack, source string, ts int64) {
+		t.Helper()
+		hdr := v1Headers()
+		hdr["X-Scope-OrgID"] = source
+		wr := &prompb.WriteRequest{Timeseries: []prompb.TimeSeries{{Labels: lbl("__name__", "m", "src", source),
+			Samples: []prompb.Sample{{Timestamp: ts, Value: float64(ts)}}}}}
+		if a := post(t, s.url, bytes.NewReader(encodeV1(t, wr)), hdr); a.code != http.StatusNoContent {
+			t.Fatalf("%d %s", a.code, a.body)
+		}
+	}
+	catalog := func() []archive.SourceCatalog {
+		a, err := archive.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer a.Close()
+		c, err := a.Catalog(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	s := openStack(t, path, policy)
+	write(s, "a", 1)
+	write(s, "b", 1)
+	s.close(t)
+	before := catalog()
+
+	s = openStack(t, path, policy)
+	for ts := int64(2); ts <= 9; ts++ {
+		write(s, "a", ts)
+	}
+	s.ing.SealDue(context.Background())
+	if st := s.w.Stats(); st.Seals == 0 {
+		t.Fatalf("no seal after the restart with %d rows against a %d-row policy", 8, policy.MaxRows)
+	}
+	s.close(t)
+	after := catalog()
+	if len(before) != 2 || len(after) != 2 {
+		t.Fatalf("sources before %d, after %d; want 2 and 2", len(before), len(after))
+	}
+	for i := range before {
+		if before[i].ID != after[i].ID || before[i].UUID != after[i].UUID || before[i].UUID == "" {
+			t.Errorf("source %d: %d %s before, %d %s after", i, before[i].ID, before[i].UUID, after[i].ID, after[i].UUID)
+		}
+	}
+	if got := readBack(t, path); len(got) != 2 || len(got[0].Samples) != 9 {
+		t.Fatalf("read back %d series (first has %d samples); want 2 series, 9 samples of a", len(got), len(got[0].Samples))
+	}
+}

@@ -1,0 +1,453 @@
+package receiver
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"unicode/utf8"
+
+	"github.com/prometheus/common/model"
+	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/prompb"
+
+	"github.com/dendro-receiver/dendro-receiver/encoders/promsample"
+)
+
+// v1Decoder decodes a prompb.WriteRequest straight from the wire into a
+// Request, validating as it goes. Labels and samples, the hot path, are read
+// by hand (no per-label string, one slab per request for samples);
+// histograms, exemplar values and metadata, rarer, go through the gogo
+// decoders of their sub-messages. Pooled by the Decoder: only the scratch
+// builders are reused, never the slices handed out.
+type v1Decoder struct {
+	sl    *seriesLabels
+	el    *exemplarLabels
+	cache labelCache // label prefix bytes -> labels; kept across requests
+
+	scheme model.ValidationScheme
+	req    *Request
+	// Slabs of the request, sliced per series at the end (appends may move
+	// them, so series keep offsets until then).
+	samples []promsample.Sample
+	hists   []promsample.Histogram
+	exs     []promsample.Exemplar
+	offs    []seriesOffsets
+}
+
+type seriesOffsets struct{ s0, s1, h0, h1, e0, e1 int }
+
+func newV1Decoder() *v1Decoder {
+	return &v1Decoder{sl: newSeriesLabels(), el: newExemplarLabels()}
+}
+
+func (v *v1Decoder) decode(msg []byte, utf8Names bool) (*Request, error) {
+	v.scheme = model.LegacyValidation
+	if utf8Names {
+		v.scheme = model.UTF8Validation
+	}
+	// Size the slabs exactly: a skip-only pass costs far less than growing
+	// them (growslice was a fifth of the decode time).
+	nSeries, nSamples := countV1(msg)
+	v.req = &Request{Protocol: ProtocolV1, Series: make([]promsample.Series, 0, nSeries)}
+	v.samples, v.hists, v.exs, v.offs = nil, nil, nil, v.offs[:0]
+	if nSamples > 0 {
+		v.samples = make([]promsample.Sample, 0, nSamples)
+	}
+	defer func() { v.req, v.samples, v.hists, v.exs = nil, nil, nil, nil }()
+
+	idx, midx := 0, 0 // series and metadata index in wire order, for reasons
+	for b := msg; len(b) > 0; {
+		num, typ, rest, err := field(b)
+		if err != nil {
+			return nil, malformed("WriteRequest", err)
+		}
+		switch {
+		case num == 1 && typ == wireBytes: // timeseries
+			var ts []byte
+			if ts, b, err = bytesField(rest); err != nil {
+				return nil, malformed("WriteRequest.timeseries", err)
+			}
+			if err := v.series(idx, ts); err != nil {
+				return nil, err
+			}
+			idx++
+		case num == 3 && typ == wireBytes: // metadata
+			var mb []byte
+			if mb, b, err = bytesField(rest); err != nil {
+				return nil, malformed("WriteRequest.metadata", err)
+			}
+			if err := v.metadata(midx, mb); err != nil {
+				return nil, err
+			}
+			midx++
+		case num == 1 || num == 3:
+			return nil, malformed("WriteRequest", wrongType("WriteRequest", num, typ))
+		case (num == 4 || num == 5) && typ == wireBytes:
+			// symbols and timeseries of io.prometheus.write.v2.Request:
+			// unknown to 1.0, a 1.0 decoder would skip them and report
+			// success for a request it silently dropped.
+			return nil, &InvalidError{Series: -1, Reason: "body holds an io.prometheus.write.v2.Request but Content-Type says prometheus.WriteRequest"}
+		default:
+			if b, err = skip(typ, rest); err != nil {
+				return nil, malformed("WriteRequest", err)
+			}
+		}
+	}
+
+	req := v.req
+	for i, o := range v.offs {
+		s := &req.Series[i]
+		s.Samples = v.samples[o.s0:o.s1:o.s1]
+		s.Histograms = v.hists[o.h0:o.h1:o.h1]
+		s.Exemplars = v.exs[o.e0:o.e1:o.e1]
+		if o.s0 == o.s1 {
+			s.Samples = nil
+		}
+		if o.h0 == o.h1 {
+			s.Histograms = nil
+		}
+		if o.e0 == o.e1 {
+			s.Exemplars = nil
+		}
+	}
+	req.Counts = Counts{Samples: len(v.samples), Histograms: len(v.hists), Exemplars: len(v.exs)}
+	return req, nil
+}
+
+// countV1 counts the TimeSeries of a WriteRequest and their samples,
+// stopping quietly at the first malformed byte (the decode reports it).
+func countV1(msg []byte) (series, samples int) {
+	for b := msg; len(b) > 0; {
+		num, typ, rest, err := field(b)
+		if err != nil {
+			return series, samples
+		}
+		if num != 1 || typ != wireBytes {
+			if b, err = skip(typ, rest); err != nil {
+				return series, samples
+			}
+			continue
+		}
+		var ts []byte
+		if ts, b, err = bytesField(rest); err != nil {
+			return series, samples
+		}
+		series++
+		for len(ts) > 0 {
+			num, typ, rest, err := field(ts)
+			if err != nil {
+				break
+			}
+			if num == 2 && typ == wireBytes {
+				samples++
+			}
+			if ts, err = skip(typ, rest); err != nil {
+				break
+			}
+		}
+	}
+	return series, samples
+}
+
+func malformed(msg string, err error) error {
+	return fmt.Errorf("%w: %s: %v", ErrMalformed, msg, err)
+}
+
+// errLateLabels: a label field after the cached label prefix; the series is
+// decoded again without the cache.
+var errLateLabels = errors.New("label after the label prefix")
+
+// series decodes TimeSeries number idx.
+//
+// The label fields a sender writes first, contiguous (Prometheus always
+// does), are the key of the label cache: the same bytes always decode to the
+// same valid labels, so a hit skips parsing, validating and building them.
+// In the steady state (the same series every few seconds) that is most of
+// the decode time.
+func (v *v1Decoder) series(idx int, b []byte) error {
+	o := seriesOffsets{s0: len(v.samples), h0: len(v.hists), e0: len(v.exs)}
+	key := labelPrefix(b)
+	if len(key) > 0 {
+		if ls, ok := v.cache.get(key); ok {
+			err := v.seriesFields(idx, b[len(key):], o, ls, true, 0)
+			if err != errLateLabels {
+				return err
+			}
+			v.samples, v.hists, v.exs = v.samples[:o.s0], v.hists[:o.h0], v.exs[:o.e0]
+		}
+	}
+	return v.seriesFields(idx, b, o, labels.EmptyLabels(), false, len(key))
+}
+
+// labelPrefix returns the leading run of well-formed label fields of a
+// TimeSeries.
+func labelPrefix(b []byte) []byte {
+	n := 0
+	for rest := b; len(rest) > 0; {
+		num, typ, r, err := field(rest)
+		if err != nil || num != 1 || typ != wireBytes {
+			break
+		}
+		if _, rest, err = bytesField(r); err != nil {
+			break
+		}
+		n = len(b) - len(rest)
+	}
+	return b[:n]
+}
+
+// seriesFields decodes the fields of a TimeSeries. With cached set, b
+// follows the label prefix and ls are its labels; otherwise b is the whole
+// TimeSeries and its first prefixEnd bytes are the label prefix.
+func (v *v1Decoder) seriesFields(idx int, b []byte, o seriesOffsets, ls labels.Labels, cached bool, prefixEnd int) error {
+	v.sl.reset(v.scheme)
+	all := b
+	cacheable := !cached && prefixEnd > 0 // until a label turns up beyond the prefix
+	for len(b) > 0 {
+		num, typ, rest, err := field(b)
+		if err != nil {
+			return malformed("TimeSeries", err)
+		}
+		if num >= 1 && num <= 4 && typ != wireBytes {
+			return malformed("TimeSeries", wrongType("TimeSeries", num, typ))
+		}
+		var sub []byte
+		switch num {
+		case 1, 2, 3, 4:
+			if sub, b, err = bytesField(rest); err != nil {
+				return malformed("TimeSeries", err)
+			}
+		default:
+			if b, err = skip(typ, rest); err != nil {
+				return malformed("TimeSeries", err)
+			}
+			continue
+		}
+		switch num {
+		case 1: // labels
+			if cached {
+				return errLateLabels
+			}
+			if len(all)-len(b) > prefixEnd { // this field ends beyond the prefix
+				cacheable = false
+			}
+			name, value, err := label(sub)
+			if err != nil {
+				return malformed("Label", err)
+			}
+			if r := v.sl.add(name, value); r != "" {
+				return invalid(idx, "%s", r)
+			}
+		case 2: // samples
+			s, err := sample(sub)
+			if err != nil {
+				return malformed("Sample", err)
+			}
+			v.samples = append(v.samples, s)
+		case 3: // exemplars
+			e, err := v.exemplar(sub)
+			if err != nil {
+				return err
+			}
+			if e.reason != "" {
+				return invalid(idx, "%s", e.reason)
+			}
+			v.exs = append(v.exs, e.Exemplar)
+		case 4: // histograms
+			var h prompb.Histogram
+			if err := h.Unmarshal(sub); err != nil {
+				return malformed("Histogram", err)
+			}
+			ph, r := histogramV1(&h)
+			if r != "" {
+				return invalid(idx, "%s", r)
+			}
+			v.hists = append(v.hists, ph)
+		}
+	}
+	if !cached {
+		var r string
+		if ls, r = v.sl.labels(); r != "" {
+			return invalid(idx, "%s", r)
+		}
+		if cacheable {
+			v.cache.put(all[:prefixEnd], ls)
+		}
+	}
+	o.s1, o.h1, o.e1 = len(v.samples), len(v.hists), len(v.exs)
+	if o.s0 == o.s1 && o.h0 == o.h1 && o.e0 == o.e1 {
+		return nil // nothing to store; labels were still validated
+	}
+	v.req.Series = append(v.req.Series, promsample.Series{Labels: ls})
+	v.offs = append(v.offs, o)
+	return nil
+}
+
+// label decodes a Label; the strings alias b.
+func label(b []byte) (name, value string, err error) {
+	for len(b) > 0 {
+		num, typ, rest, err := field(b)
+		if err != nil {
+			return "", "", err
+		}
+		switch {
+		case (num == 1 || num == 2) && typ == wireBytes:
+			var s []byte
+			if s, b, err = bytesField(rest); err != nil {
+				return "", "", err
+			}
+			if num == 1 {
+				name = yolo(s)
+			} else {
+				value = yolo(s)
+			}
+		case num == 1 || num == 2:
+			return "", "", wrongType("Label", num, typ)
+		default:
+			if b, err = skip(typ, rest); err != nil {
+				return "", "", err
+			}
+		}
+	}
+	return name, value, nil
+}
+
+// sample decodes a Sample, keeping the value's bits.
+func sample(b []byte) (promsample.Sample, error) {
+	var s promsample.Sample
+	for len(b) > 0 {
+		num, typ, rest, err := field(b)
+		if err != nil {
+			return s, err
+		}
+		switch {
+		case num == 1 && typ == wireFixed64:
+			var bits uint64
+			if bits, b, err = fixed64(rest); err != nil {
+				return s, err
+			}
+			s.V = math.Float64frombits(bits)
+		case num == 2 && typ == wireVarint:
+			t, n, err := varint(rest)
+			if err != nil {
+				return s, err
+			}
+			s.T, b = int64(t), rest[n:]
+		case num == 1 || num == 2:
+			return s, wrongType("Sample", num, typ)
+		default:
+			if b, err = skip(typ, rest); err != nil {
+				return s, err
+			}
+		}
+	}
+	return s, nil
+}
+
+type exemplarResult struct {
+	promsample.Exemplar
+	reason string
+}
+
+// exemplar decodes an Exemplar; a validation failure is in reason.
+func (v *v1Decoder) exemplar(b []byte) (exemplarResult, error) {
+	var e exemplarResult
+	v.el.reset(v.scheme)
+	for len(b) > 0 {
+		num, typ, rest, err := field(b)
+		if err != nil {
+			return e, malformed("Exemplar", err)
+		}
+		switch {
+		case num == 1 && typ == wireBytes:
+			var sub []byte
+			if sub, b, err = bytesField(rest); err != nil {
+				return e, malformed("Exemplar", err)
+			}
+			name, value, err := label(sub)
+			if err != nil {
+				return e, malformed("Exemplar.labels", err)
+			}
+			if r := v.el.add(name, value); r != "" && e.reason == "" {
+				e.reason = r
+			}
+		case num == 2 && typ == wireFixed64:
+			var bits uint64
+			if bits, b, err = fixed64(rest); err != nil {
+				return e, malformed("Exemplar", err)
+			}
+			e.V = math.Float64frombits(bits)
+		case num == 3 && typ == wireVarint:
+			t, n, err := varint(rest)
+			if err != nil {
+				return e, malformed("Exemplar", err)
+			}
+			e.T, b = int64(t), rest[n:]
+		case num >= 1 && num <= 3:
+			return e, malformed("Exemplar", wrongType("Exemplar", num, typ))
+		default:
+			if b, err = skip(typ, rest); err != nil {
+				return e, malformed("Exemplar", err)
+			}
+		}
+	}
+	if e.reason == "" {
+		e.Labels, e.reason = v.el.labels()
+	}
+	return e, nil
+}
+
+// metadata decodes WriteRequest.metadata entry idx.
+func (v *v1Decoder) metadata(idx int, b []byte) error {
+	var m prompb.MetricMetadata
+	if err := m.Unmarshal(b); err != nil {
+		return malformed("MetricMetadata", err)
+	}
+	bad := func(format string, args ...any) error {
+		return &InvalidError{Series: idx, Metadata: true, Reason: fmt.Sprintf(format, args...)}
+	}
+	switch {
+	case !v.scheme.IsValidMetricName(m.MetricFamilyName):
+		return bad("invalid metric family name %q", clip(m.MetricFamilyName))
+	case !utf8.ValidString(m.Help):
+		return bad("invalid UTF-8 in help of %q", clip(m.MetricFamilyName))
+	case !utf8.ValidString(m.Unit):
+		return bad("invalid UTF-8 in unit of %q", clip(m.MetricFamilyName))
+	}
+	v.req.Metadata = append(v.req.Metadata, promsample.Metadata{
+		MetricFamily: m.MetricFamilyName,
+		Type:         promsample.MetricType(metricType(int32(m.Type))),
+		Help:         m.Help,
+		Unit:         m.Unit,
+	})
+	return nil
+}
+
+// labelCache maps the bytes of a TimeSeries' label fields to the labels
+// they decode to, for one v1Decoder (no locking: a decoder serves one
+// request at a time). Only label sets that validated under the decoder's
+// scheme are put, and labels.Labels are immutable, so entries are shared
+// with Sinks freely. Bounded: when full it starts over.
+type labelCache struct {
+	m     map[string]labels.Labels
+	bytes int
+}
+
+const (
+	maxCacheEntries = 1 << 16
+	maxCacheBytes   = 4 << 20 // ~10k series of rwload's shape
+)
+
+func (c *labelCache) get(key []byte) (labels.Labels, bool) {
+	ls, ok := c.m[string(key)] // no allocation for the lookup
+	return ls, ok
+}
+
+func (c *labelCache) put(key []byte, ls labels.Labels) {
+	cost := 2*len(key) + 64 // key, labels of about the key's size, map overhead
+	if c.m == nil || len(c.m) >= maxCacheEntries || c.bytes+cost > maxCacheBytes {
+		c.m, c.bytes = make(map[string]labels.Labels), 0
+	}
+	c.m[string(key)] = ls
+	c.bytes += cost
+}
