@@ -1,0 +1,101 @@
+package main
+
+import (
+	"context"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/dendro-receiver/dendro-receiver/archive"
+	"github.com/dendro-receiver/dendro-receiver/receiver"
+)
+
+// archiveCollector turns the archive's and writer's stats into metrics at
+// scrape time (the archive package knows nothing of Prometheus).
+type archiveCollector struct {
+	w   *archive.Writer
+	r   *archive.Archive
+	ing *receiver.Ingester
+
+	commits, rowsCommitted, rowsDropped, droppedTicks, retries, commitSeconds   *prometheus.Desc
+	seals, segmentBytes, sealSeconds, deferredSeals, compactions, evictions     *prometheus.Desc
+	evictedSegments, evictedLive, checkpoints, checkpointErrors, pagesWritten   *prometheus.Desc
+	fileBytes, freePages, walRows, sidecarBytes, sources, segments, streams, up *prometheus.Desc
+}
+
+func newArchiveCollector(w *archive.Writer, r *archive.Archive, ing *receiver.Ingester) *archiveCollector {
+	d := func(name, help string) *prometheus.Desc {
+		return prometheus.NewDesc("dendro_"+name, help, nil, nil)
+	}
+	return &archiveCollector{w: w, r: r, ing: ing,
+		commits:          d("writer_commits_total", "Append transactions committed."),
+		rowsCommitted:    d("writer_rows_committed_total", "Wal rows committed."),
+		rowsDropped:      d("writer_rows_dropped_total", "Wal rows the writer did not commit (out of order, failed ticks)."),
+		droppedTicks:     d("writer_dropped_ticks_total", "Append transactions lost to retryable failures."),
+		retries:          d("writer_retries_total", "Retries of retryable SQLite failures."),
+		commitSeconds:    d("writer_commit_seconds_total", "Time spent committing appends."),
+		seals:            d("writer_seals_total", "Segments sealed."),
+		segmentBytes:     d("writer_segment_bytes_total", "Bytes of segments sealed."),
+		sealSeconds:      d("writer_seal_seconds_total", "Time spent sealing."),
+		deferredSeals:    d("writer_deferred_seals_total", "Seals deferred by retryable failures."),
+		compactions:      d("writer_compactions_total", "Segment merges."),
+		evictions:        d("writer_evictions_total", "Retention passes."),
+		evictedSegments:  d("writer_evicted_segments_total", "Segments removed by retention."),
+		evictedLive:      d("writer_evicted_live_rows_total", "Unsealed rows removed by retention."),
+		checkpoints:      d("writer_checkpoints_total", "Passive checkpoints run."),
+		checkpointErrors: d("writer_checkpoint_errors_total", "Passive checkpoints that failed."),
+		pagesWritten:     d("writer_sidecar_pages_written_total", "Pages written to the -wal sidecar."),
+		fileBytes:        d("archive_file_bytes", "Size of the archive's pages (the -wal sidecar not counted)."),
+		freePages:        d("archive_free_pages", "Pages on the archive's free list."),
+		walRows:          d("archive_wal_rows", "Rows in the wal table."),
+		sidecarBytes:     d("archive_sidecar_bytes", "Size of the -wal sidecar."),
+		sources:          d("archive_sources", "Sources in the archive."),
+		segments:         d("archive_segments", "Segments in the archive."),
+		streams:          d("ingest_streams", "Streams written this session."),
+		up:               d("writer_up", "1 while the archive writer runs, 0 once it stopped on a failure."),
+	}
+}
+
+func (c *archiveCollector) Describe(ch chan<- *prometheus.Desc) { prometheus.DescribeByCollect(c, ch) }
+
+func (c *archiveCollector) Collect(ch chan<- prometheus.Metric) {
+	counter := func(d *prometheus.Desc, v float64) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v)
+	}
+	gauge := func(d *prometheus.Desc, v float64) { ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v) }
+	s := c.w.Stats()
+	counter(c.commits, float64(s.Commits))
+	counter(c.rowsCommitted, float64(s.RowsCommitted))
+	counter(c.rowsDropped, float64(s.RowsDropped))
+	counter(c.droppedTicks, float64(s.DroppedTicks))
+	counter(c.retries, float64(s.Retries))
+	counter(c.commitSeconds, time.Duration(s.CommitNanos).Seconds())
+	counter(c.seals, float64(s.Seals))
+	counter(c.segmentBytes, float64(s.SegmentBytes))
+	counter(c.sealSeconds, time.Duration(s.SealNanos).Seconds())
+	counter(c.deferredSeals, float64(s.DeferredSeals))
+	counter(c.compactions, float64(s.Compactions))
+	counter(c.evictions, float64(s.Evictions))
+	counter(c.evictedSegments, float64(s.EvictedSegments))
+	counter(c.evictedLive, float64(s.EvictedLiveRows))
+	counter(c.checkpoints, float64(s.Checkpoints))
+	counter(c.checkpointErrors, float64(s.CheckpointErrors))
+	counter(c.pagesWritten, float64(s.PagesWritten))
+	up := 1.0
+	if c.w.Err() != nil {
+		up = 0
+	}
+	gauge(c.up, up)
+	_, streams := c.ing.Sources()
+	gauge(c.streams, float64(streams))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if st, err := c.r.Stats(ctx); err == nil {
+		gauge(c.fileBytes, float64(st.Bytes()))
+		gauge(c.freePages, float64(st.Free))
+		gauge(c.walRows, float64(st.WALRows))
+		gauge(c.sidecarBytes, float64(st.SidecarBytes))
+		gauge(c.sources, float64(st.Sources))
+		gauge(c.segments, float64(st.Segments))
+	}
+}
