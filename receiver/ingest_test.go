@@ -87,9 +87,8 @@ func fileExists(p string) bool {
 	return len(m) == 1
 }
 
-// readBack reads every series of the archive at path: each stream's
-// segments in seq order and its live tail, merged per label set across
-// streams and sources, sorted by time, exact duplicates removed.
+// readBack reads every series of the archive at path (promsample's
+// reference reader: merged, in time order, exact duplicates dropped).
 func readBack(t testing.TB, path string) []promsample.Series {
 	t.Helper()
 	a, err := archive.Open(path)
@@ -97,91 +96,11 @@ func readBack(t testing.TB, path string) []promsample.Series {
 		t.Fatal(err)
 	}
 	defer a.Close()
-	bySeries := map[string]*promsample.Series{}
-	q := promsample.AllTime()
-	add := func(ss []promsample.Series) {
-		for _, s := range ss {
-			k := s.Labels.String()
-			m := bySeries[k]
-			if m == nil {
-				m = &promsample.Series{Labels: s.Labels}
-				bySeries[k] = m
-			}
-			m.Samples = append(m.Samples, s.Samples...)
-			m.Histograms = append(m.Histograms, s.Histograms...)
-			m.Exemplars = append(m.Exemplars, s.Exemplars...)
-		}
-	}
-	if err := a.View(context.Background(), func(tx *archive.ReadTx) error {
-		srcs, err := tx.Sources()
-		if err != nil {
-			return err
-		}
-		for _, src := range srcs {
-			streams, err := tx.Streams(src.ID)
-			if err != nil {
-				return err
-			}
-			for _, st := range streams {
-				segs, err := tx.Segments(src.ID, st)
-				if err != nil {
-					return err
-				}
-				for _, seg := range segs {
-					ss, err := promsample.ReadSegment(seg.Bytes, q)
-					if err != nil {
-						return err
-					}
-					add(ss)
-				}
-				live, err := tx.LiveWAL(src.ID, st)
-				if err != nil {
-					return err
-				}
-				ss, err := promsample.ReadRows(live, q)
-				if err != nil {
-					return err
-				}
-				add(ss)
-			}
-		}
-		return nil
-	}); err != nil {
+	got, err := promsample.ReadArchive(context.Background(), a, promsample.AllTime())
+	if err != nil {
 		t.Fatal(err)
 	}
-	out := make([]promsample.Series, 0, len(bySeries))
-	for _, s := range bySeries {
-		sort.SliceStable(s.Samples, func(i, j int) bool { return s.Samples[i].T < s.Samples[j].T })
-		dedup := s.Samples[:0]
-		for i, x := range s.Samples {
-			if i > 0 && x.T == dedup[len(dedup)-1].T && eqFloat(x.V, dedup[len(dedup)-1].V) {
-				continue
-			}
-			dedup = append(dedup, x)
-		}
-		s.Samples = dedup
-		sort.SliceStable(s.Histograms, func(i, j int) bool { return s.Histograms[i].T < s.Histograms[j].T })
-		hd := s.Histograms[:0]
-		for i, h := range s.Histograms {
-			if i > 0 && h.T == hd[len(hd)-1].T && diffHistogram(h, hd[len(hd)-1]) == "" {
-				continue
-			}
-			hd = append(hd, h)
-		}
-		s.Histograms = hd
-		sort.SliceStable(s.Exemplars, func(i, j int) bool { return s.Exemplars[i].T < s.Exemplars[j].T })
-		ed := s.Exemplars[:0]
-		for i, e := range s.Exemplars {
-			if last := len(ed) - 1; i > 0 && e.T == ed[last].T && eqFloat(e.V, ed[last].V) && labels.Equal(e.Labels, ed[last].Labels) {
-				continue
-			}
-			ed = append(ed, e)
-		}
-		s.Exemplars = ed
-		out = append(out, *s)
-	}
-	sort.Slice(out, func(i, j int) bool { return labels.Compare(out[i].Labels, out[j].Labels) < 0 })
-	return out
+	return got
 }
 
 func walRows(t testing.TB, path string) int64 {
