@@ -84,25 +84,32 @@ func parseFlags(args []string, stdout io.Writer) (*config, bool, error) {
 		Default("X-Scope-OrgID").StringVar(&c.sourceHeader)
 	app.Flag("source.stream-buckets", "Streams each source's series are spread over, by metric name. More: cheaper "+
 		"one-metric reads, dearer writes.").Default(fmt.Sprint(promsample.DefaultStreamBuckets)).IntVar(&c.buckets)
-	app.Flag("retention.time", "Remove data received longer ago than this (0: keep).").Default("15d").SetValue(&c.retentionTime)
+	app.Flag("retention.time", "Remove data received longer ago than this (0: keep).").Default("15d").SetValue(named("retention.time", &c.retentionTime))
 	app.Flag("retention.size", "Cap the archive at this size by removing the oldest segments (0: no cap). Units: KB, MB, GB...").
-		Default("0").BytesVar(&c.retentionSize)
+		Default("0").SetValue(named("retention.size", (*bytesValue)(&c.retentionSize)))
 	app.Flag("seal.max-rows", "Seal a stream's live rows into a Parquet segment after this many rows (requests).").
 		Default(fmt.Sprint(archive.DefaultSealMaxRows)).Int64Var(&c.sealMaxRows)
-	app.Flag("seal.max-bytes", "... or this many bytes of live rows.").Default("8MiB").BytesVar(&c.sealMaxBytes)
-	app.Flag("seal.max-age", "... or when its oldest live row is this old.").Default("5m").SetValue(&c.sealMaxAge)
+	app.Flag("seal.max-bytes", "... or this many bytes of live rows.").Default("8MiB").SetValue(named("seal.max-bytes", (*bytesValue)(&c.sealMaxBytes)))
+	app.Flag("seal.max-age", "... or when its oldest live row is this old.").Default("5m").SetValue(named("seal.max-age", &c.sealMaxAge))
 	app.Flag("compact.target-rows", "Merge small segments up to this many rows (0: default, -1: off).").
 		Default("0").Int64Var(&c.compactRows)
 	app.Flag("web.max-request-bytes", "Largest remote-write body accepted, compressed (413 above).").
-		Default("32MiB").BytesVar(&c.maxRequest)
+		Default("32MiB").SetValue(named("web.max-request-bytes", (*bytesValue)(&c.maxRequest)))
 	app.Flag("web.max-decoded-bytes", "Largest decoded remote-write message, as snappy declares it (413 above; checked "+
-		"before allocating).").Default("256MiB").BytesVar(&c.maxDecoded)
+		"before allocating).").Default("256MiB").SetValue(named("web.max-decoded-bytes", (*bytesValue)(&c.maxDecoded)))
 	app.Flag("web.write-timeout", "How long a write waits for the archive writer before it is answered 503 with Retry-After.").
-		Default("30s").SetValue(&c.writeTimeout)
-	app.Flag("web.shutdown-timeout", "How long a shutdown waits for in-flight requests.").Default("20s").SetValue(&c.shutdownWait)
+		Default("30s").SetValue(named("web.write-timeout", &c.writeTimeout))
+	app.Flag("web.shutdown-timeout", "How long a shutdown waits for in-flight requests.").Default("20s").SetValue(named("web.shutdown-timeout", &c.shutdownWait))
 	promslogflag.AddFlags(app, &c.log)
+	// --help and --version print and then "terminate": run returns instead
+	// of exiting the process, so main's cleanup (and tests) still run.
+	terminated := false
+	app.Terminate(func(int) { terminated = true })
 	if _, err := app.Parse(args); err != nil {
 		return nil, false, usage("%v", err)
+	}
+	if terminated {
+		return nil, false, nil
 	}
 	if c.buckets < 1 || c.buckets > promsample.MaxStreamBuckets {
 		return nil, false, usage("--source.stream-buckets must be in [1, %d]", promsample.MaxStreamBuckets)
@@ -115,6 +122,35 @@ func parseFlags(args []string, stdout io.Writer) (*config, bool, error) {
 	}
 	return c, true, nil
 }
+
+// namedValue prefixes a flag value's parse error with the flag's name:
+// kingpin's own messages ("units: invalid lots") do not say which flag.
+type namedValue struct {
+	name string
+	kingpin.Value
+}
+
+func named(name string, v kingpin.Value) kingpin.Value { return namedValue{name, v} }
+
+func (v namedValue) Set(s string) error {
+	if err := v.Value.Set(s); err != nil {
+		return fmt.Errorf("--%s=%s: %w", v.name, s, err)
+	}
+	return nil
+}
+
+// bytesValue is a size flag (KB, MiB, GB... as units.ParseBase2Bytes reads).
+type bytesValue units.Base2Bytes
+
+func (b *bytesValue) Set(s string) error {
+	v, err := units.ParseBase2Bytes(s)
+	if err != nil {
+		return err
+	}
+	*b = bytesValue(v)
+	return nil
+}
+func (b *bytesValue) String() string { return units.Base2Bytes(*b).String() }
 
 // checkArchivePath decides, before anything is created, whether the path
 // can be served: an existing dendro archive, or a new file in a directory
