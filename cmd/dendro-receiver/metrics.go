@@ -20,6 +20,7 @@ type archiveCollector struct {
 	commits, rowsCommitted, rowsDropped, droppedTicks, retries, commitSeconds   *prometheus.Desc
 	seals, segmentBytes, sealSeconds, deferredSeals, compactions, evictions     *prometheus.Desc
 	evictedSegments, evictedLive, checkpoints, checkpointErrors, pagesWritten   *prometheus.Desc
+	groupedCommits, groupFallbacks                                              *prometheus.Desc
 	fileBytes, freePages, walRows, sidecarBytes, sources, segments, streams, up *prometheus.Desc
 }
 
@@ -28,7 +29,7 @@ func newArchiveCollector(w *archive.Writer, r *archive.Archive, ing *receiver.In
 		return prometheus.NewDesc("dendro_"+name, help, nil, nil)
 	}
 	return &archiveCollector{w: w, r: r, ing: ing,
-		commits:          d("writer_commits_total", "Append transactions committed."),
+		commits:          d("writer_commits_total", "Appends (requests) committed."),
 		rowsCommitted:    d("writer_rows_committed_total", "Wal rows committed."),
 		rowsDropped:      d("writer_rows_dropped_total", "Wal rows the writer did not commit (out of order, failed ticks)."),
 		droppedTicks:     d("writer_dropped_ticks_total", "Append transactions lost to retryable failures."),
@@ -45,6 +46,8 @@ func newArchiveCollector(w *archive.Writer, r *archive.Archive, ing *receiver.In
 		checkpoints:      d("writer_checkpoints_total", "Passive checkpoints run."),
 		checkpointErrors: d("writer_checkpoint_errors_total", "Passive checkpoints that failed."),
 		pagesWritten:     d("writer_sidecar_pages_written_total", "Pages written to the -wal sidecar."),
+		groupedCommits:   d("writer_grouped_commits_total", "Transactions that committed several waiting requests together."),
+		groupFallbacks:   d("writer_group_fallbacks_total", "Groups whose shared transaction failed, so each request was committed alone."),
 		fileBytes:        d("archive_file_bytes", "Size of the archive's pages (the -wal sidecar not counted)."),
 		freePages:        d("archive_free_pages", "Pages on the archive's free list."),
 		walRows:          d("archive_wal_rows", "Rows in the wal table."),
@@ -81,6 +84,8 @@ func (c *archiveCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.checkpoints, float64(s.Checkpoints))
 	counter(c.checkpointErrors, float64(s.CheckpointErrors))
 	counter(c.pagesWritten, float64(s.PagesWritten))
+	counter(c.groupedCommits, float64(s.GroupedCommits))
+	counter(c.groupFallbacks, float64(s.GroupFallbacks))
 	up := 1.0
 	if c.w.Err() != nil {
 		up = 0
