@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -182,9 +183,9 @@ func readArchive(ctx context.Context, path string, ms ...*labels.Matcher) (*arch
 	for k, ss := range raw {
 		slices.SortFunc(ss, func(a, b sample) int {
 			if a.T != b.T {
-				return cmpInt64(a.T, b.T)
+				return cmp.Compare(a.T, b.T)
 			}
-			return cmpUint64(a.Bits, b.Bits)
+			return cmp.Compare(a.Bits, b.Bits)
 		})
 		ss = slices.Compact(ss)
 		for i := 1; i < len(ss); i++ {
@@ -196,26 +197,6 @@ func readArchive(ctx context.Context, path string, ms ...*labels.Matcher) (*arch
 	}
 	sort.Strings(res.Conflicts)
 	return res, nil
-}
-
-func cmpInt64(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}
-
-func cmpUint64(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // sameValue is bit equality, except that two NaNs that are not stale
@@ -245,7 +226,7 @@ func missing(want map[string][]sample, got *archived, cutoff int64) (compared in
 				continue
 			}
 			compared++
-			i, found := slices.BinarySearchFunc(have, s.T, func(x sample, t int64) int { return cmpInt64(x.T, t) })
+			i, found := slices.BinarySearchFunc(have, s.T, func(x sample, t int64) int { return cmp.Compare(x.T, t) })
 			switch {
 			case !found:
 				problems = append(problems, fmt.Sprintf("%s: sample %v absent (archive has %d samples of it)", k, s, len(have)))

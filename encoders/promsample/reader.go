@@ -14,6 +14,7 @@ import (
 	"github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/file"
 	"github.com/apache/arrow-go/v18/parquet/metadata"
+	"github.com/apache/arrow-go/v18/parquet/schema"
 	"github.com/prometheus/prometheus/model/labels"
 
 	"github.com/dendro-receiver/dendro-receiver/archive"
@@ -595,8 +596,17 @@ func readLoop(n int64, read func(levelOff int64, valueOff int) (int64, int, erro
 	return values, nil
 }
 
-func readInt64(rg *file.RowGroupReader, col int, n int64, vals []int64, def []int16) ([]int64, []int16, error) {
-	cr, err := columnReader[*file.Int64ColumnChunkReader](rg, col)
+// valueReader is what arrow-go's typed column chunk readers (Int64,
+// Float64) have in common.
+type valueReader[V any] interface {
+	ReadBatch(batchSize int64, values []V, defLvls, repLvls []int16) (int64, int, error)
+	Descriptor() *schema.Column
+}
+
+// readValues reads n rows of a numeric column into vals (the values present)
+// and def (one definition level per row; all 1 for a required column).
+func readValues[V any, R valueReader[V]](rg *file.RowGroupReader, col int, n int64, vals []V, def []int16) ([]V, []int16, error) {
+	cr, err := columnReader[R](rg, col)
 	if err != nil {
 		return vals, def, err
 	}
@@ -612,21 +622,12 @@ func readInt64(rg *file.RowGroupReader, col int, n int64, vals []int64, def []in
 	return vals[:nv], def, err
 }
 
+func readInt64(rg *file.RowGroupReader, col int, n int64, vals []int64, def []int16) ([]int64, []int16, error) {
+	return readValues[int64, *file.Int64ColumnChunkReader](rg, col, n, vals, def)
+}
+
 func readFloat64(rg *file.RowGroupReader, col int, n int64, vals []float64, def []int16) ([]float64, []int16, error) {
-	cr, err := columnReader[*file.Float64ColumnChunkReader](rg, col)
-	if err != nil {
-		return vals, def, err
-	}
-	vals, def = grow(vals, n), grow(def, n)
-	nv, err := readLoop(n, func(lo int64, vo int) (int64, int, error) {
-		return cr.ReadBatch(n-lo, vals[vo:], def[lo:], nil)
-	})
-	if cr.Descriptor().MaxDefinitionLevel() == 0 {
-		for i := range def {
-			def[i] = 1
-		}
-	}
-	return vals[:nv], def, err
+	return readValues[float64, *file.Float64ColumnChunkReader](rg, col, n, vals, def)
 }
 
 func readByteArrays(rg *file.RowGroupReader, col int, n int64, vals []parquet.ByteArray, def []int16) ([]parquet.ByteArray, []int16, error) {
