@@ -79,10 +79,17 @@ func (e *UnsupportedSchemaError) Error() string {
 }
 func (e *UnsupportedSchemaError) Is(target error) bool { return target == ErrUnsupportedSchema }
 
-// InUseError names the file another connection holds.
-type InUseError struct{ What string }
+// InUseError names the file another connection holds, and why that
+// refuses this open when the reason is more specific than the lock.
+type InUseError struct {
+	What   string
+	Reason string // "" for the exclusive-lock case
+}
 
 func (e *InUseError) Error() string {
+	if e.Reason != "" {
+		return fmt.Sprintf("%s is in use: %s", e.What, e.Reason)
+	}
 	return fmt.Sprintf("%s is held by another connection: an exclusive open needs the file to itself, "+
 		"and nothing can open a file an exclusive handle holds", e.What)
 }

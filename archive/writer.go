@@ -294,7 +294,7 @@ func lockWriter(path string) (*os.File, error) {
 	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
 		f.Close()
 		if errors.Is(err, unix.EWOULDBLOCK) {
-			return nil, fmt.Errorf("%w: another writer holds it", &InUseError{What: path})
+			return nil, &InUseError{What: path, Reason: "another writer has it open (is another dendro-receiver running on this archive?)"}
 		}
 		return nil, fmt.Errorf("archive: lock %s: %w", path, err)
 	}
