@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"strconv"
 	"sync"
 	"time"
 
@@ -15,6 +16,10 @@ import (
 
 // SourceLabel is the label that names a source in the archive's catalog.
 const SourceLabel = "source"
+
+// MetadataKeyStreamBuckets is the sources.metadata key recording how many
+// sample streams the source's series are spread over (promsample.StreamFor).
+const MetadataKeyStreamBuckets = "stream_buckets"
 
 // IngestOptions configures an Ingester. The zero value of every field but
 // Writer and Reader means its default.
@@ -69,8 +74,12 @@ type Ingester struct {
 	enc  *promsample.Encoder
 	log  *slog.Logger
 
-	mu       sync.Mutex
-	sources  map[string]archive.SourceID // by name
+	mu      sync.Mutex
+	sources map[string]archive.SourceID // by name
+	// buckets is each source's stream bucket count, fixed when the source
+	// was created (sources.metadata "stream_buckets"): readers prune streams
+	// by it, so a source must never be written with another count.
+	buckets  map[archive.SourceID]int
 	accounts map[streamKey]*archive.SegmentAccount
 
 	encoders sync.Pool // *promsample.BatchEncoder
@@ -108,14 +117,16 @@ func NewIngester(ctx context.Context, opts IngestOptions) (*Ingester, error) {
 	}
 	opts.Seal = opts.Seal.WithDefaults()
 	in := &Ingester{opts: opts, enc: &promsample.Encoder{}, log: opts.Logger,
-		sources: map[string]archive.SourceID{}, accounts: map[streamKey]*archive.SegmentAccount{}}
+		sources: map[string]archive.SourceID{}, buckets: map[archive.SourceID]int{},
+		accounts: map[streamKey]*archive.SegmentAccount{}}
 	in.encoders.New = func() any { return new(promsample.BatchEncoder) }
 
 	type resumable struct {
-		id   archive.SourceID
-		name string
-		last int64
-		has  bool
+		id      archive.SourceID
+		name    string
+		last    int64
+		has     bool
+		buckets int
 	}
 	var todo []resumable
 	if err := opts.Reader.View(ctx, func(tx *archive.ReadTx) error {
@@ -132,7 +143,11 @@ func NewIngester(ctx context.Context, opts IngestOptions) (*Ingester, error) {
 			if err != nil {
 				return err
 			}
-			todo = append(todo, resumable{s.ID, name, last, has})
+			buckets := promsample.DefaultStreamBuckets
+			if v, err := strconv.Atoi(s.Metadata[MetadataKeyStreamBuckets]); err == nil && v >= 1 && v <= promsample.MaxStreamBuckets {
+				buckets = v
+			}
+			todo = append(todo, resumable{s.ID, name, last, has, buckets})
 		}
 		return nil
 	}); err != nil {
@@ -147,6 +162,11 @@ func NewIngester(ctx context.Context, opts IngestOptions) (*Ingester, error) {
 			return nil, fmt.Errorf("receiver: resuming source %q (id %d): %w", r.name, r.id, err)
 		}
 		in.sources[r.name] = r.id
+		in.buckets[r.id] = r.buckets
+		if r.buckets != opts.Buckets {
+			in.log.Warn("source keeps the stream bucket count it was created with", "source", r.name,
+				"stream_buckets", r.buckets, "flag", opts.Buckets)
+		}
 		in.log.Info("resumed source", "source", r.name, "id", r.id)
 	}
 	return in, nil
@@ -168,13 +188,14 @@ func (in *Ingester) source(ctx context.Context, name string) (archive.SourceID, 
 	}
 	src, err := in.opts.Writer.AddSource(ctx, archive.SourceSpec{
 		Labels:            map[string]string{SourceLabel: name},
-		Metadata:          map[string]string{"stream_buckets": fmt.Sprint(in.opts.Buckets)},
+		Metadata:          map[string]string{MetadataKeyStreamBuckets: fmt.Sprint(in.opts.Buckets)},
 		ClockAnchorWallNS: in.opts.Now().UnixNano(),
 	}, "")
 	if err != nil {
 		return 0, err
 	}
 	in.sources[name] = src.ID()
+	in.buckets[src.ID()] = in.opts.Buckets
 	in.log.Info("added source", "source", name, "id", src.ID(), "uuid", src.UUID())
 	return src.ID(), nil
 }
@@ -189,7 +210,10 @@ func (in *Ingester) Write(ctx context.Context, name string, series []promsample.
 		return Counts{}, in.writeError(err)
 	}
 	batch := promsample.Batch{Series: series, Metadata: meta}
-	parts := promsample.SplitBatch(&batch, in.opts.Buckets)
+	in.mu.Lock()
+	buckets := in.buckets[id]
+	in.mu.Unlock()
+	parts := promsample.SplitBatch(&batch, buckets)
 	rows := make([]archive.Row, 0, len(parts))
 	enc := in.encoders.Get().(*promsample.BatchEncoder)
 	for _, p := range parts {

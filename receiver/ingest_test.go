@@ -35,6 +35,11 @@ type stack struct {
 
 func openStack(t *testing.T, path string, seal archive.SealPolicy) *stack {
 	t.Helper()
+	return openStackBuckets(t, path, seal, 0)
+}
+
+func openStackBuckets(t *testing.T, path string, seal archive.SealPolicy, buckets int) *stack {
+	t.Helper()
 	ctx := context.Background()
 	opts := archive.WriterOptions{Encoder: &promsample.Encoder{}, CheckpointInterval: -1}
 	var w *archive.Writer
@@ -51,7 +56,7 @@ func openStack(t *testing.T, path string, seal archive.SealPolicy) *stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ing, err := NewIngester(ctx, IngestOptions{Writer: w, Reader: reader, Seal: seal})
+	ing, err := NewIngester(ctx, IngestOptions{Writer: w, Reader: reader, Seal: seal, Buckets: buckets})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -331,5 +336,57 @@ func TestRestartKeepsSourcesAndUUIDs(t *testing.T) {
 	}
 	if got := readBack(t, path); len(got) != 2 || len(got[0].Samples) != 9 {
 		t.Fatalf("read back %d series (first has %d samples); want 2 series, 9 samples of a", len(got), len(got[0].Samples))
+	}
+}
+
+// TestASourceKeepsItsStreamBuckets: restarted with another bucket count, an
+// existing source keeps the count it was created with, so every metric stays
+// in the one stream readers look for it in.
+func TestASourceKeepsItsStreamBuckets(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "buckets.db")
+	names := []string{"alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta"}
+	send := func(s *stack, ts int64) {
+		t.Helper()
+		var wr prompb.WriteRequest
+		for _, n := range names {
+			wr.Timeseries = append(wr.Timeseries, prompb.TimeSeries{Labels: lbl("__name__", n), Samples: []prompb.Sample{{Timestamp: ts, Value: 1}}})
+		}
+		if a := post(t, s.url, bytes.NewReader(encodeV1(t, &wr)), v1Headers()); a.code != http.StatusNoContent {
+			t.Fatalf("%d %s", a.code, a.body)
+		}
+	}
+	s := openStackBuckets(t, path, archive.SealPolicy{}, 4)
+	send(s, 1000)
+	s.close(t)
+	s = openStackBuckets(t, path, archive.SealPolicy{}, 16)
+	send(s, 2000)
+	s.close(t)
+	a, err := archive.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if err := a.View(context.Background(), func(tx *archive.ReadTx) error {
+		streams, err := tx.Streams(1)
+		if err != nil {
+			return err
+		}
+		allowed := map[string]bool{}
+		for _, st := range promsample.StreamsFor(4) {
+			allowed[st] = true
+		}
+		for _, st := range streams {
+			if !allowed[st] {
+				t.Errorf("stream %s is not one of the source's 4 buckets", st)
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, series := range readBack(t, path) {
+		if len(series.Samples) != 2 {
+			t.Errorf("%s: %d samples, want 2", series.Labels, len(series.Samples))
+		}
 	}
 }
