@@ -1,0 +1,124 @@
+package promread
+
+import (
+	"container/list"
+	"sync"
+
+	"github.com/dendro-receiver/dendro-receiver/archive"
+)
+
+// segmentID names one immutable sealed segment. seq alone is not enough:
+// compaction gives a merged segment the seq of the first segment of its run,
+// so a seq can name different bytes over time. A merged segment holds more
+// rows and ends later than the one whose seq it took, so (seq, rows,
+// first_ts, last_ts, size) differs whenever the bytes do.
+type segmentID struct {
+	path    string
+	source  archive.SourceID
+	stream  string
+	seq     int64
+	rows    int64
+	firstTS int64 // receipt time, ns
+	lastTS  int64 // receipt time, ns
+	size    int64
+}
+
+// cacheKey is one cached thing about a segment: its parsed index
+// (metric == "" and kind == kindIndex) or the decoded series of one metric.
+type cacheKey struct {
+	seg    segmentID
+	kind   uint8
+	metric string
+}
+
+const (
+	kindIndex uint8 = iota
+	kindMetric
+	kindMetadata
+	kindRow  // a decoded live wal row (seq -1; firstTS is the row's ts, rows its hash)
+	kindTail // a stream's decoded live tail (seq -2; rows, firstTS, lastTS: the live span)
+)
+
+// cache is a byte-bounded LRU of immutable values. Values are shared by
+// every reader and must never be mutated.
+type cache struct {
+	mu       sync.Mutex
+	maxBytes int64
+	bytes    int64
+	ll       *list.List // front = most recently used
+	items    map[cacheKey]*list.Element
+	hits     int64
+	misses   int64
+}
+
+type cacheEntry struct {
+	key   cacheKey
+	value any
+	size  int64
+}
+
+func newCache(maxBytes int64) *cache {
+	return &cache{maxBytes: maxBytes, ll: list.New(), items: map[cacheKey]*list.Element{}}
+}
+
+func (c *cache) get(k cacheKey) (any, bool) {
+	if c == nil || c.maxBytes <= 0 {
+		return nil, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.items[k]
+	if !ok {
+		c.misses++
+		return nil, false
+	}
+	c.hits++
+	c.ll.MoveToFront(e)
+	return e.Value.(*cacheEntry).value, true
+}
+
+// put stores v of the given estimated size. A value bigger than half the
+// budget is not kept: it would evict everything for one question.
+func (c *cache) put(k cacheKey, v any, size int64) {
+	if c == nil || c.maxBytes <= 0 || size > c.maxBytes/2 {
+		return
+	}
+	size += 128 // the entry, the key and the list element
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.items[k]; ok {
+		old := e.Value.(*cacheEntry)
+		c.bytes += size - old.size
+		old.value, old.size = v, size
+		c.ll.MoveToFront(e)
+	} else {
+		c.items[k] = c.ll.PushFront(&cacheEntry{key: k, value: v, size: size})
+		c.bytes += size
+	}
+	for c.bytes > c.maxBytes {
+		e := c.ll.Back()
+		if e == nil {
+			break
+		}
+		ce := e.Value.(*cacheEntry)
+		c.ll.Remove(e)
+		delete(c.items, ce.key)
+		c.bytes -= ce.size
+	}
+}
+
+// CacheStats describes the segment cache.
+type CacheStats struct {
+	Bytes, MaxBytes int64
+	Entries         int
+	Hits, Misses    int64
+}
+
+func (c *cache) stats() CacheStats {
+	if c == nil {
+		return CacheStats{}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return CacheStats{Bytes: c.bytes, MaxBytes: c.maxBytes, Entries: len(c.items), Hits: c.hits, Misses: c.misses}
+}

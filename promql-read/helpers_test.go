@@ -1,0 +1,269 @@
+package promread
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/prometheus/prometheus/model/histogram"
+	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/model/value"
+
+	"github.com/dendro-receiver/dendro-receiver/archive"
+	"github.com/dendro-receiver/dendro-receiver/encoders/promsample"
+)
+
+const testBuckets = 8
+
+// fixture is a real archive under t.TempDir: one writer, one read handle.
+type fixture struct {
+	t    testing.TB
+	path string
+	w    *archive.Writer
+	a    *archive.Archive
+	srcs map[string]archive.SourceID
+}
+
+func newFixture(t testing.TB) *fixture {
+	t.Helper()
+	return newFixtureAt(t, t.TempDir())
+}
+
+func newFixtureAt(t testing.TB, dir string) *fixture {
+	path := filepath.Join(dir, "test.dendro")
+	w, err := archive.CreateWriter(path, archive.WriterOptions{Encoder: &promsample.Encoder{}, CheckpointInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := archive.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{t: t, path: path, w: w, a: a, srcs: map[string]archive.SourceID{}}
+	t.Cleanup(func() {
+		a.Close()
+		if err := w.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return f
+}
+
+func (f *fixture) source(name string) archive.SourceID {
+	f.t.Helper()
+	if id, ok := f.srcs[name]; ok {
+		return id
+	}
+	src, err := f.w.AddSource(context.Background(), archive.SourceSpec{
+		Labels:   map[string]string{"source": name},
+		Metadata: map[string]string{"stream_buckets": fmt.Sprint(testBuckets)},
+	}, "")
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.srcs[name] = src.ID()
+	return src.ID()
+}
+
+// write appends one request's worth of data as the receiver does: one row
+// per stream, receipt time stamped by the writer.
+func (f *fixture) write(src string, b promsample.Batch) {
+	f.t.Helper()
+	id := f.source(src)
+	var rows []archive.Row
+	for _, p := range promsample.SplitBatch(&b, testBuckets) {
+		data, err := promsample.EncodeBatch(&p.Batch)
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		rows = append(rows, archive.Row{Stream: p.Stream, Data: data})
+	}
+	res, err := f.w.AppendWait(context.Background(), []archive.SourceRows{{Source: id, Rows: rows}}, true)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	if res.Dropped() != 0 {
+		f.t.Fatalf("append dropped %d rows: %v", res.Dropped(), res.Err())
+	}
+}
+
+// seal seals every stream of src.
+func (f *fixture) seal(src string) {
+	f.t.Helper()
+	id := f.source(src)
+	var streams []string
+	if err := f.a.View(context.Background(), func(tx *archive.ReadTx) error {
+		var err error
+		streams, err = tx.Streams(id)
+		return err
+	}); err != nil {
+		f.t.Fatal(err)
+	}
+	if _, err := f.w.SealWait(context.Background(), id, streams); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// ls builds labels, dropping empty values as the receiver does.
+func ls(kv ...string) labels.Labels {
+	b := labels.NewScratchBuilder(len(kv) / 2)
+	for i := 0; i < len(kv); i += 2 {
+		if kv[i+1] != "" {
+			b.Add(kv[i], kv[i+1])
+		}
+	}
+	b.Sort()
+	return b.Labels()
+}
+
+func floats(from, to, step int64, v func(t int64) float64) []promsample.Sample {
+	var out []promsample.Sample
+	for t := from; t <= to; t += step {
+		out = append(out, promsample.Sample{T: t, V: v(t)})
+	}
+	return out
+}
+
+var staleNaN = math.Float64frombits(value.StaleNaN)
+
+func testHistogram(i int) *histogram.Histogram {
+	return &histogram.Histogram{
+		Schema: 0, Count: uint64(10 + 2*i), Sum: float64(i) * 1.5, ZeroThreshold: 0.001, ZeroCount: 2,
+		PositiveSpans:   []histogram.Span{{Offset: 0, Length: 2}},
+		PositiveBuckets: []int64{int64(4 + i), -1},
+		NegativeSpans:   []histogram.Span{{Offset: 1, Length: 1}},
+		NegativeBuckets: []int64{1},
+	}
+}
+
+// expected is the expected content: series by labels string.
+type expected map[string]*series
+
+func (m expected) add(lbls labels.Labels, fl []promsample.Sample, hs []promsample.Histogram) {
+	k := lbls.String()
+	s := m[k]
+	if s == nil {
+		s = &series{lbls: lbls}
+		m[k] = s
+	}
+	s.floats = mergeSamples([][]promsample.Sample{s.floats, fl})
+	if len(hs) > 0 {
+		s.hists = append(s.hists, hs...)
+		slices.SortStableFunc(s.hists, func(a, b promsample.Histogram) int { return int(a.T - b.T) })
+	}
+}
+
+// selectModel returns the expected answer of matchers over [mint, maxt].
+func (m expected) selectModel(mint, maxt int64, ms ...*labels.Matcher) []*series {
+	var out []*series
+	for _, s := range m {
+		if !matchesAll(ms, s.lbls) {
+			continue
+		}
+		r := &series{lbls: s.lbls, floats: trimSamples(s.floats, mint, maxt), hists: trimHists(s.hists, mint, maxt)}
+		if len(r.floats)+len(r.hists) > 0 {
+			out = append(out, r)
+		}
+	}
+	slices.SortFunc(out, func(a, b *series) int { return labels.Compare(a.lbls, b.lbls) })
+	return out
+}
+
+// equalSeries compares bit-exactly (NaN payloads included).
+func equalSeries(t testing.TB, what string, want, got []*series) {
+	t.Helper()
+	if len(want) != len(got) {
+		t.Fatalf("%s: %d series, want %d:\n got  %v\n want %v", what, len(got), len(want), names(got), names(want))
+	}
+	for i := range want {
+		w, g := want[i], got[i]
+		if !labels.Equal(w.lbls, g.lbls) {
+			t.Fatalf("%s: series %d is %s, want %s", what, i, g.lbls, w.lbls)
+		}
+		if len(w.floats) != len(g.floats) {
+			t.Fatalf("%s: %s has %d floats, want %d", what, w.lbls, len(g.floats), len(w.floats))
+		}
+		for k := range w.floats {
+			if w.floats[k].T != g.floats[k].T || math.Float64bits(w.floats[k].V) != math.Float64bits(g.floats[k].V) {
+				t.Fatalf("%s: %s float %d is %v, want %v", what, w.lbls, k, g.floats[k], w.floats[k])
+			}
+		}
+		if len(w.hists) != len(g.hists) {
+			t.Fatalf("%s: %s has %d histograms, want %d", what, w.lbls, len(g.hists), len(w.hists))
+		}
+		for k := range w.hists {
+			if !sameHistogram(w.hists[k], g.hists[k]) {
+				t.Fatalf("%s: %s histogram %d differs: got %+v want %+v", what, w.lbls, k, g.hists[k], w.hists[k])
+			}
+		}
+	}
+}
+
+func names(ss []*series) []string {
+	var out []string
+	for _, s := range ss {
+		out = append(out, s.lbls.String())
+	}
+	return out
+}
+
+// standardData writes a mixed data set over two sources: sealed segments,
+// a live tail, a stale marker, native histograms, late samples, metadata and
+// exemplars, and the same series from both sources (merged on read).
+func standardData(f *fixture) expected {
+	m := expected{}
+	put := func(src string, b promsample.Batch) {
+		f.write(src, b)
+		for _, s := range b.Series {
+			m.add(s.Labels, s.Samples, s.Histograms)
+		}
+	}
+	// Hour one, sealed: 15 s steps from t=0.
+	var b promsample.Batch
+	for i := 0; i < 4; i++ {
+		b.Series = append(b.Series, promsample.Series{
+			Labels:  ls("__name__", "http_requests_total", "job", "api", "instance", fmt.Sprint("i", i), "env", []string{"prod", "dev", "prod", ""}[i]),
+			Samples: floats(0, 3600_000, 15_000, func(t int64) float64 { return float64(t/1000)*float64(i+1) + float64(i) }),
+		})
+	}
+	b.Series = append(b.Series, promsample.Series{
+		Labels:  ls("__name__", "temperature", "room", "a"),
+		Samples: append(floats(0, 1800_000, 15_000, func(t int64) float64 { return 20 + float64(t%7)/3 }), promsample.Sample{T: 1815_000, V: staleNaN}),
+	})
+	b.Series = append(b.Series, promsample.Series{
+		Labels:    ls("__name__", "latency_seconds", "job", "api"),
+		Samples:   floats(0, 3600_000, 60_000, func(t int64) float64 { return 0.25 }),
+		Exemplars: []promsample.Exemplar{{Labels: ls("trace_id", "abc"), T: 60_000, V: 0.3}},
+	})
+	b.Metadata = []promsample.Metadata{{MetricFamily: "http_requests_total", Type: "counter", Help: "Requests.", Unit: ""}}
+	var hs []promsample.Histogram
+	for i := 0; i < 240; i++ {
+		hs = append(hs, promsample.Histogram{T: int64(i) * 15_000, H: testHistogram(i)})
+	}
+	b.Series = append(b.Series, promsample.Series{Labels: ls("__name__", "rpc_duration_seconds", "job", "api"), Histograms: hs})
+	put("alpha", b)
+	f.seal("alpha")
+
+	// The same series from a second source: merged with alpha's.
+	put("beta", promsample.Batch{Series: []promsample.Series{{
+		Labels:  ls("__name__", "http_requests_total", "job", "api", "instance", "i0", "env", "prod"),
+		Samples: floats(3600_000, 3900_000, 15_000, func(t int64) float64 { return float64(t/1000) * 1 }),
+	}}})
+	f.seal("beta")
+
+	// Hour two, live (not sealed), and a late backlog for hour one that
+	// arrives after it: receipt time later, sample time earlier.
+	put("alpha", promsample.Batch{Series: []promsample.Series{
+		{Labels: ls("__name__", "http_requests_total", "job", "api", "instance", "i1", "env", "dev"),
+			Samples: floats(3615_000, 7200_000, 15_000, func(t int64) float64 { return float64(t/1000)*2 + 1 })},
+		{Labels: ls("__name__", "late_metric", "job", "batch"),
+			Samples: floats(600_000, 900_000, 10_000, func(t int64) float64 { return float64(t) })},
+		{Labels: ls("__name__", "temperature", "room", "b"),
+			Samples:    floats(3600_000, 7200_000, 30_000, func(t int64) float64 { return 18.5 }),
+			Histograms: []promsample.Histogram{{T: 7230_000, FH: testHistogram(3).ToFloat(nil)}}},
+	}})
+	return m
+}

@@ -1,0 +1,86 @@
+package promread
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// Options configures a Queryable and an API. The zero value of every field
+// means its default; Validate (called by NewQueryable and NewAPI) fills them.
+type Options struct {
+	// MaxSamples caps the samples one Select, one PromQL query or one
+	// remote-read request (SAMPLES mode; per metric batch in streamed mode)
+	// may load. 0 means 50,000,000, Prometheus's own default.
+	MaxSamples int
+	// MaxConcurrency caps the queries (API and remote-read requests) that
+	// run at once; the others wait for a slot up to Timeout. 0 means 20.
+	MaxConcurrency int
+	// Timeout bounds one query or remote-read request. 0 means 2 minutes
+	// (Prometheus's --query.timeout).
+	Timeout time.Duration
+	// LookbackDelta is PromQL's staleness window. 0 means 5 minutes.
+	LookbackDelta time.Duration
+	// CacheBytes bounds the cache of decoded segment data (immutable, keyed
+	// by segment identity). 0 means 256 MiB; negative disables the cache.
+	CacheBytes int64
+	// MaxBytesInFrame bounds one streamed remote-read frame. 0 means 1 MiB,
+	// Prometheus's default.
+	MaxBytesInFrame int
+	// Version is reported by /api/v1/status/buildinfo. "" means "2.53.0",
+	// a Prometheus version Grafana treats as fully featured.
+	Version string
+	// Logger receives what cannot reach a client (a streamed remote-read
+	// that fails after its status was sent); nil discards.
+	Logger *slog.Logger
+}
+
+// Defaults.
+const (
+	DefaultMaxSamples      = 50_000_000
+	DefaultMaxConcurrency  = 20
+	DefaultTimeout         = 2 * time.Minute
+	DefaultLookbackDelta   = 5 * time.Minute
+	DefaultCacheBytes      = 256 << 20
+	DefaultMaxBytesInFrame = 1 << 20
+	DefaultVersion         = "2.53.0"
+)
+
+// Validate fills defaults and refuses nonsense.
+func (o *Options) Validate() error {
+	if o.MaxSamples == 0 {
+		o.MaxSamples = DefaultMaxSamples
+	}
+	if o.MaxConcurrency == 0 {
+		o.MaxConcurrency = DefaultMaxConcurrency
+	}
+	if o.Timeout == 0 {
+		o.Timeout = DefaultTimeout
+	}
+	if o.LookbackDelta == 0 {
+		o.LookbackDelta = DefaultLookbackDelta
+	}
+	if o.CacheBytes == 0 {
+		o.CacheBytes = DefaultCacheBytes
+	}
+	if o.MaxBytesInFrame == 0 {
+		o.MaxBytesInFrame = DefaultMaxBytesInFrame
+	}
+	if o.Version == "" {
+		o.Version = DefaultVersion
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	switch {
+	case o.MaxSamples < 0:
+		return fmt.Errorf("promread: MaxSamples %d is negative", o.MaxSamples)
+	case o.MaxConcurrency < 0:
+		return fmt.Errorf("promread: MaxConcurrency %d is negative", o.MaxConcurrency)
+	case o.Timeout < 0 || o.LookbackDelta < 0:
+		return fmt.Errorf("promread: Timeout and LookbackDelta must be positive")
+	case o.MaxBytesInFrame < 1024:
+		return fmt.Errorf("promread: MaxBytesInFrame %d is below 1 KiB", o.MaxBytesInFrame)
+	}
+	return nil
+}
