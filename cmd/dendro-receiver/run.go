@@ -30,6 +30,7 @@ import (
 
 	"github.com/dendro-receiver/dendro-receiver/archive"
 	"github.com/dendro-receiver/dendro-receiver/encoders/promsample"
+	promread "github.com/dendro-receiver/dendro-receiver/promql-read"
 	"github.com/dendro-receiver/dendro-receiver/receiver"
 )
 
@@ -63,6 +64,11 @@ type config struct {
 	writeTimeout  model.Duration
 	shutdownWait  model.Duration
 	log           promslog.Config
+
+	queryMaxSamples int
+	queryMaxConc    int
+	queryTimeout    model.Duration
+	queryCache      units.Base2Bytes
 }
 
 func parseFlags(args []string, stdout io.Writer) (*config, bool, error) {
@@ -100,6 +106,14 @@ func parseFlags(args []string, stdout io.Writer) (*config, bool, error) {
 	app.Flag("web.write-timeout", "How long a write waits for the archive writer before it is answered 503 with Retry-After.").
 		Default("30s").SetValue(named("web.write-timeout", &c.writeTimeout))
 	app.Flag("web.shutdown-timeout", "How long a shutdown waits for in-flight requests.").Default("20s").SetValue(named("web.shutdown-timeout", &c.shutdownWait))
+	app.Flag("query.max-samples", "Most samples one query or remote-read request may load into memory (answered with an error above).").
+		Default(fmt.Sprint(promread.DefaultMaxSamples)).IntVar(&c.queryMaxSamples)
+	app.Flag("query.max-concurrency", "Most queries and remote-read requests served at once.").
+		Default(fmt.Sprint(promread.DefaultMaxConcurrency)).IntVar(&c.queryMaxConc)
+	app.Flag("query.timeout", "Longest a query or remote-read request may run.").Default("2m").
+		SetValue(named("query.timeout", &c.queryTimeout))
+	app.Flag("query.cache-bytes", "Memory for caching immutable segments between queries (0: default).").
+		Default("64MiB").SetValue(named("query.cache-bytes", (*bytesValue)(&c.queryCache)))
 	promslogflag.AddFlags(app, &c.log)
 	// --help and --version print and then "terminate": run returns instead
 	// of exiting the process, so main's cleanup (and tests) still run.
@@ -286,9 +300,23 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return usage("%v", err)
 	}
 
+	api, err := promread.NewAPI(reader, promread.Options{
+		MaxSamples:     c.queryMaxSamples,
+		MaxConcurrency: c.queryMaxConc,
+		Timeout:        time.Duration(c.queryTimeout),
+		CacheBytes:     int64(c.queryCache),
+		Logger:         logger.With("component", "read"),
+	})
+	if err != nil {
+		reader.Close()
+		w.Close()
+		return usage("%v", err)
+	}
+
 	var ready atomic.Bool
 	r := chi.NewRouter()
 	r.Handle("/api/v1/write", h)
+	api.Register(r) // /api/v1/read, /api/v1/query, ... (Prometheus's HTTP API)
 	r.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	r.Get("/-/healthy", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "Healthy.\n") })
 	r.Get("/-/ready", func(w http.ResponseWriter, _ *http.Request) {
