@@ -21,7 +21,10 @@ import (
 
 // exporterSeries is how many series exposition serves (histogram: five
 // buckets, _sum, _count).
-const exporterSeries = 2 + 1 + 2 + 6 + 7
+const exporterSeries = 2 + 1 + 2 + 6 + 7 + 1
+
+// ephemeralScrapes is how many scrapes serve e2e_ephemeral.
+const ephemeralScrapes = 8
 
 // scenario is one dendro-receiver fed by one Prometheus that scrapes itself
 // and the exporter.

@@ -70,14 +70,33 @@ remote_write:
 `, promAddr, exporterAddr, dendroAddr)
 }
 
+// readerConfig is a Prometheus that scrapes nothing and reads everything
+// through remote_read from dendro-receiver.
+func readerConfig(_, dendroAddr string) string {
+	return fmt.Sprintf(`global:
+  scrape_interval: 1s
+remote_read:
+  - url: http://%s/api/v1/read
+    name: dendro
+    read_recent: true
+`, dendroAddr)
+}
+
 // startPrometheus starts `prometheus` from PATH with promConfig and waits
 // for /-/ready.
 func startPrometheus(t *testing.T, promBin, exporterAddr, dendroAddr, logDir string) *prometheus {
 	t.Helper()
+	return startPrometheusWith(t, promBin, logDir, func(addr string) string { return promConfig(addr, exporterAddr, dendroAddr) })
+}
+
+// startPrometheusWith starts `prometheus` with the configuration config
+// returns for its listen address, and waits for /-/ready.
+func startPrometheusWith(t *testing.T, promBin, logDir string, config func(addr string) string) *prometheus {
+	t.Helper()
 	dir := t.TempDir()
 	addr := freeAddr(t)
 	cfg := filepath.Join(dir, "prometheus.yml")
-	if err := os.WriteFile(cfg, []byte(promConfig(addr, exporterAddr, dendroAddr)), 0o644); err != nil {
+	if err := os.WriteFile(cfg, []byte(config(addr)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	// The stop grace is short on purpose: with the receiver gone, Prometheus
@@ -152,5 +171,11 @@ func exposition(n int64) string {
 	}
 	p("e2e_latency_seconds_sum %s\n", fmtFloat(f*0.4321))
 	p("e2e_latency_seconds_count %d\n", 5*n)
+	// A series that disappears after scrape 8: Prometheus ends it with a
+	// stale marker, which the archive must keep and PromQL must honour.
+	if n <= ephemeralScrapes {
+		p("# HELP e2e_ephemeral A series that goes away.\n# TYPE e2e_ephemeral gauge\n")
+		p("e2e_ephemeral %d\n", n)
+	}
 	return b.String()
 }
