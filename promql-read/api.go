@@ -605,58 +605,48 @@ func (s *store) metadata(ctx context.Context, metric string) ([]promsample.Metad
 	nc := constrainNames(ms)
 	set := map[promsample.Metadata]struct{}{}
 	err := s.a.View(ctx, func(tx *archive.ReadTx) error {
-		srcs, err := tx.Sources()
-		if err != nil {
-			return err
-		}
-		for _, src := range srcs {
-			streams, err := sampleStreams(tx, src, nc)
+		return eachStream(tx, nc, func(src archive.SourceInfo, st string) error {
+			metas, err := tx.SegmentMetas(src.ID, st)
 			if err != nil {
 				return err
 			}
-			for _, st := range streams {
-				metas, err := tx.SegmentMetas(src.ID, st)
-				if err != nil {
-					return err
-				}
-				for _, m := range metas {
-					id := s.segID(src.ID, st, m)
-					k := cacheKey{seg: id, kind: kindMetadata}
-					var md []promsample.Metadata
-					if v, ok := s.cache.get(k); ok {
-						md = v.([]promsample.Metadata)
-					} else {
-						b, err := s.segmentBytes(tx, id)
-						if err != nil {
-							return err
-						}
-						if md, err = promsample.ReadSegmentMetadata(b); err != nil {
-							return err
-						}
-						var n int64
-						for _, x := range md {
-							n += int64(len(x.MetricFamily)+len(x.Help)+len(x.Unit)+len(x.Type)) + 64
-						}
-						s.cache.put(k, md, n)
+			for _, m := range metas {
+				id := s.segID(src.ID, st, m)
+				k := cacheKey{seg: id, kind: kindMetadata}
+				var md []promsample.Metadata
+				if v, ok := s.cache.get(k); ok {
+					md = v.([]promsample.Metadata)
+				} else {
+					b, err := s.segmentBytes(tx, id)
+					if err != nil {
+						return err
 					}
+					if md, err = promsample.ReadSegmentMetadata(b); err != nil {
+						return err
+					}
+					var n int64
 					for _, x := range md {
-						set[x] = struct{}{}
+						n += int64(len(x.MetricFamily)+len(x.Help)+len(x.Unit)+len(x.Type)) + 64
 					}
-				}
-				rows, err := tx.LiveWAL(src.ID, st)
-				if err != nil {
-					return err
-				}
-				md, err := promsample.ReadRowsMetadata(rows)
-				if err != nil {
-					return err
+					s.cache.put(k, md, n)
 				}
 				for _, x := range md {
 					set[x] = struct{}{}
 				}
 			}
-		}
-		return nil
+			rows, err := tx.LiveWAL(src.ID, st)
+			if err != nil {
+				return err
+			}
+			md, err := promsample.ReadRowsMetadata(rows)
+			if err != nil {
+				return err
+			}
+			for _, x := range md {
+				set[x] = struct{}{}
+			}
+			return nil
+		})
 	})
 	if err != nil {
 		return nil, err

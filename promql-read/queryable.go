@@ -173,64 +173,54 @@ func (s *store) metricNames(ctx context.Context, mint, maxt int64, ms []*labels.
 	nc := constrainNames(ms)
 	set := map[string]struct{}{}
 	err := s.a.View(ctx, func(tx *archive.ReadTx) error {
-		srcs, err := tx.Sources()
-		if err != nil {
-			return err
-		}
-		for _, src := range srcs {
-			streams, err := sampleStreams(tx, src, nc)
+		return eachStream(tx, nc, func(src archive.SourceInfo, st string) error {
+			metas, err := tx.SegmentMetas(src.ID, st)
 			if err != nil {
 				return err
 			}
-			for _, st := range streams {
-				metas, err := tx.SegmentMetas(src.ID, st)
+			for _, m := range metas {
+				x, err := s.index(s.segID(src.ID, st, m), m.Index)
 				if err != nil {
 					return err
 				}
-				for _, m := range metas {
-					x, err := s.index(s.segID(src.ID, st, m), m.Index)
-					if err != nil {
-						return err
+				if !x.Overlaps(mint, maxt) {
+					continue
+				}
+				for i, n := range x.Metrics {
+					if nc.matches(n) && metricInRange(x, i, mint, maxt) {
+						set[n] = struct{}{}
 					}
-					if !x.Overlaps(mint, maxt) {
-						continue
-					}
-					for i, n := range x.Metrics {
-						if nc.matches(n) && metricInRange(x, i, mint, maxt) {
+				}
+			}
+			if s.cache != nil && s.cache.maxBytes > 0 {
+				tail, err := s.liveTail(tx, src.ID, st)
+				if err != nil {
+					return err
+				}
+				for _, row := range tail.rows {
+					for n, e := range row {
+						if _, ok := set[n]; !ok && nc.matches(n) && e.hasSamplesIn(mint, maxt) {
 							set[n] = struct{}{}
 						}
 					}
 				}
-				if s.cache != nil && s.cache.maxBytes > 0 {
-					tail, err := s.liveTail(tx, src.ID, st)
-					if err != nil {
-						return err
-					}
-					for _, row := range tail.rows {
-						for n, e := range row {
-							if _, ok := set[n]; !ok && nc.matches(n) && e.hasSamplesIn(mint, maxt) {
-								set[n] = struct{}{}
-							}
-						}
-					}
-					continue
-				}
-				rows, err := tx.LiveWAL(src.ID, st)
-				if err != nil {
-					return err
-				}
-				live, err := promsample.ReadRows(rows, promsample.Query{MinT: mint, MaxT: maxt, Matchers: nc.ms})
-				if err != nil {
-					return err
-				}
-				for _, sr := range live {
-					if len(sr.Samples)+len(sr.Histograms) > 0 {
-						set[sr.Labels.Get(labels.MetricName)] = struct{}{}
-					}
+				return nil // the cached tail answered for this stream
+			}
+			rows, err := tx.LiveWAL(src.ID, st)
+			if err != nil {
+				return err
+			}
+			live, err := promsample.ReadRows(rows, promsample.Query{MinT: mint, MaxT: maxt, Matchers: nc.ms})
+			if err != nil {
+				return err
+			}
+			for _, sr := range live {
+				if len(sr.Samples)+len(sr.Histograms) > 0 {
+					set[sr.Labels.Get(labels.MetricName)] = struct{}{}
 				}
 			}
-		}
-		return nil
+			return nil
+		})
 	})
 	if err != nil {
 		return nil, err

@@ -210,6 +210,27 @@ func matchesAll(ms []*labels.Matcher, ls labels.Labels) bool {
 // count. A stream that does not exist simply answers nothing. This trusts
 // "stream_buckets": a source whose bucket count changed without that
 // metadata following would hide a metric's data in another stream.
+// eachStream calls fn, inside the snapshot tx, for every sample stream of
+// every source that the name constraint nc allows.
+func eachStream(tx *archive.ReadTx, nc nameConstraint, fn func(src archive.SourceInfo, stream string) error) error {
+	srcs, err := tx.Sources()
+	if err != nil {
+		return err
+	}
+	for _, src := range srcs {
+		streams, err := sampleStreams(tx, src, nc)
+		if err != nil {
+			return err
+		}
+		for _, st := range streams {
+			if err := fn(src, st); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
 func sampleStreams(tx *archive.ReadTx, src archive.SourceInfo, nc nameConstraint) ([]string, error) {
 	if nc.all {
 		all, err := tx.Streams(src.ID)
@@ -238,25 +259,15 @@ func (s *store) selectSeries(ctx context.Context, p selectParams) ([]*series, er
 		return nil, nil
 	}
 	err := s.a.View(ctx, func(tx *archive.ReadTx) error {
-		srcs, err := tx.Sources()
-		if err != nil {
-			return err
-		}
-		for _, src := range srcs {
-			streams, err := sampleStreams(tx, src, nc)
-			if err != nil {
+		return eachStream(tx, nc, func(src archive.SourceInfo, st string) error {
+			if err := ctx.Err(); err != nil {
 				return err
 			}
-			for _, st := range streams {
-				if err := ctx.Err(); err != nil {
-					return err
-				}
-				if err := s.readStream(tx, src.ID, st, p, nc, acc); err != nil {
-					return fmt.Errorf("source %d stream %s: %w", src.ID, st, err)
-				}
+			if err := s.readStream(tx, src.ID, st, p, nc, acc); err != nil {
+				return fmt.Errorf("source %d stream %s: %w", src.ID, st, err)
 			}
-		}
-		return nil
+			return nil
+		})
 	})
 	if err != nil {
 		return nil, err
