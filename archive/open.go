@@ -25,6 +25,8 @@ type Archive struct {
 	// pinned, when set, is the one connection every question runs on: a
 	// write handle's, which holds the lock (its pool has one slot).
 	pinned *sql.Conn
+	// uuidColumn caches whether sources has the uuid column (see ReadTx).
+	uuidColumn columnCache
 }
 
 // Open opens path for reading. The file must carry dendro's header stamp.

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"sync"
 )
 
 // SourceSpec is what a caller gives to start a source: its name (labels),
@@ -56,6 +57,31 @@ type ClockOffset struct {
 type ReadTx struct {
 	ctx context.Context
 	q   queryer
+	// hasUUID, when set, remembers per handle whether sources has the
+	// optional uuid column (older v4 files lack it). A handle's schema does
+	// not change under it: nothing in dendro adds or drops the column.
+	hasUUID *columnCache
+}
+
+// columnCache remembers the answer to one "does this column exist"
+// question once it has been answered (a failed check is asked again).
+type columnCache struct {
+	mu    sync.Mutex
+	known bool
+	found bool
+}
+
+func (c *columnCache) get(check func() (bool, error)) (bool, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.known {
+		return c.found, nil
+	}
+	found, err := check()
+	if err == nil {
+		c.known, c.found = true, found
+	}
+	return found, err
 }
 
 // View runs fn inside one read snapshot (BEGIN DEFERRED ... ROLLBACK): every
@@ -80,7 +106,7 @@ func (a *Archive) View(ctx context.Context, fn func(tx *ReadTx) error) (err erro
 			err = sqlErr("archive: end snapshot", rerr)
 		}
 	}()
-	return fn(&ReadTx{ctx: ctx, q: conn})
+	return fn(&ReadTx{ctx: ctx, q: conn, hasUUID: &a.uuidColumn})
 }
 
 // acquire returns the connection a question runs on and how to give it back.
@@ -133,9 +159,18 @@ func (tx *ReadTx) Source(id SourceID) (SourceInfo, error) {
 
 func (tx *ReadTx) sources(where string) ([]SourceInfo, error) {
 	uuidCol := "NULL"
-	if ok, err := tx.hasColumn("sources", "uuid"); err != nil {
+	check := func() (bool, error) { return tx.hasColumn("sources", "uuid") }
+	var ok bool
+	var err error
+	if tx.hasUUID != nil {
+		ok, err = tx.hasUUID.get(check)
+	} else {
+		ok, err = check()
+	}
+	if err != nil {
 		return nil, err
-	} else if ok {
+	}
+	if ok {
 		uuidCol = "uuid"
 	}
 	rows, err := tx.q.QueryContext(tx.ctx, "SELECT id, labels, metadata, complete, clock_anchor_wall_ns, "+uuidCol+
