@@ -437,16 +437,21 @@ func unionOver(sets [][]*labels.Matcher, limit int, f func([]*labels.Matcher) ([
 	return out, nil
 }
 
+// listParams reads what the label listing endpoints share: match[] sets,
+// start and end, and limit.
+func (api *API) listParams(r *http.Request) (sets [][]*labels.Matcher, mint, maxt int64, limit int, err error) {
+	if sets, err = api.matcherSets(r, false); err != nil {
+		return
+	}
+	if mint, maxt, err = rangeParams(r); err != nil {
+		return
+	}
+	limit, err = limitParam(r)
+	return
+}
+
 func (api *API) labelNames(ctx context.Context, r *http.Request) ([]byte, error) {
-	sets, err := api.matcherSets(r, false)
-	if err != nil {
-		return nil, err
-	}
-	mint, maxt, err := rangeParams(r)
-	if err != nil {
-		return nil, err
-	}
-	limit, err := limitParam(r)
+	sets, mint, maxt, limit, err := api.listParams(r)
 	if err != nil {
 		return nil, err
 	}
@@ -467,15 +472,7 @@ func (api *API) labelValues(ctx context.Context, r *http.Request) ([]byte, error
 	if !model.UTF8Validation.IsValidLabelName(name) {
 		return nil, badRequest("invalid label name: %q", name)
 	}
-	sets, err := api.matcherSets(r, false)
-	if err != nil {
-		return nil, err
-	}
-	mint, maxt, err := rangeParams(r)
-	if err != nil {
-		return nil, err
-	}
-	limit, err := limitParam(r)
+	sets, mint, maxt, limit, err := api.listParams(r)
 	if err != nil {
 		return nil, err
 	}
