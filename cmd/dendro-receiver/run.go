@@ -317,7 +317,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	r := chi.NewRouter()
 	r.Handle("/api/v1/write", h)
 	api.Register(r) // /api/v1/read, /api/v1/query, ... (Prometheus's HTTP API)
-	r.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	// ContinueOnError: one collector that cannot read (say /proc under a
+	// hardened unit) must not blank every other metric of the scrape.
+	r.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg, ErrorHandling: promhttp.ContinueOnError,
+		ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}))
 	r.Get("/-/healthy", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "Healthy.\n") })
 	r.Get("/-/ready", func(w http.ResponseWriter, _ *http.Request) {
 		if !ready.Load() {
