@@ -597,13 +597,13 @@ func readLoop(n int64, read func(levelOff int64, valueOff int) (int64, int, erro
 }
 
 // valueReader is what arrow-go's typed column chunk readers (Int64,
-// Float64) have in common.
+// Float64, ByteArray) have in common.
 type valueReader[V any] interface {
 	ReadBatch(batchSize int64, values []V, defLvls, repLvls []int16) (int64, int, error)
 	Descriptor() *schema.Column
 }
 
-// readValues reads n rows of a numeric column into vals (the values present)
+// readValues reads n rows of a column into vals (the values present)
 // and def (one definition level per row; all 1 for a required column).
 func readValues[V any, R valueReader[V]](rg *file.RowGroupReader, col int, n int64, vals []V, def []int16) ([]V, []int16, error) {
 	cr, err := columnReader[R](rg, col)
@@ -631,20 +631,7 @@ func readFloat64(rg *file.RowGroupReader, col int, n int64, vals []float64, def 
 }
 
 func readByteArrays(rg *file.RowGroupReader, col int, n int64, vals []parquet.ByteArray, def []int16) ([]parquet.ByteArray, []int16, error) {
-	cr, err := columnReader[*file.ByteArrayColumnChunkReader](rg, col)
-	if err != nil {
-		return vals, def, err
-	}
-	vals, def = grow(vals, n), grow(def, n)
-	nv, err := readLoop(n, func(lo int64, vo int) (int64, int, error) {
-		return cr.ReadBatch(n-lo, vals[vo:], def[lo:], nil)
-	})
-	if cr.Descriptor().MaxDefinitionLevel() == 0 {
-		for i := range def {
-			def[i] = 1
-		}
-	}
-	return vals[:nv], def, err
+	return readValues[parquet.ByteArray, *file.ByteArrayColumnChunkReader](rg, col, n, vals, def)
 }
 
 // readStrings reads a BYTE_ARRAY column as one string per row ("" for
