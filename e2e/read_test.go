@@ -243,16 +243,38 @@ func TestReadingBackAgreesWithPrometheus(t *testing.T) {
 	s.waitScrapes(t, 40) // windows reach back at most 30 s: every one starts after the series did
 	began := time.Now()
 	s.compareWithPrometheus(t, 60*time.Second) // every sample up to began-5s is in the archive
-	at := began.Add(-6 * time.Second).Truncate(time.Second)
 	ctx := context.Background()
+	// Every window boundary of the instant and range queries below lies at
+	// `at` plus whole seconds. Prometheus 3's engine (dendro's) treats a
+	// range's left boundary as open, 2.42's as closed, so a sample exactly
+	// on a boundary is a difference between engines, not between stores.
+	// Scrape timestamps are aligned to a per-target offset, or raw
+	// milliseconds when a loaded machine delays a scrape past the 2 ms
+	// tolerance; choose the millisecond of `at` farthest from all of them.
+	residues := map[int64]bool{}
+	for _, sel := range selectors {
+		raw, err := s.prom.rawSamples(ctx, sel, began)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ss := range raw {
+			for _, x := range ss {
+				residues[((x.T%1000)+1000)%1000] = true
+			}
+		}
+	}
+	at := began.Add(-6 * time.Second).Truncate(time.Second).Add(time.Duration(boundaryFreeOffset(residues)) * time.Millisecond)
 	dendroURL := "http://" + s.d.addr
 	reader := startPrometheusWith(t, requireTool(t, "prometheus", "prometheus"), s.logDir,
 		func(addr string) string { return readerConfig(addr, s.d.addr) })
 
 	for _, expr := range promqlCases {
-		instant := url.Values{"query": {expr}, "time": {strconv.FormatInt(at.Unix(), 10)}}
-		ranged := url.Values{"query": {expr}, "start": {strconv.FormatInt(at.Add(-10*time.Second).Unix(), 10)},
-			"end": {strconv.FormatInt(at.Unix(), 10)}, "step": {"2"}}
+		instant := url.Values{"query": {expr}, "time": {unixSeconds(at)}}
+		ranged := url.Values{"query": {expr}, "start": {unixSeconds(at.Add(-10 * time.Second))},
+			"end": {unixSeconds(at)}, "step": {"2"}}
+		// A subquery's inner steps are multiples of its resolution since
+		// the epoch, whatever `at` is: its windows start on whole seconds.
+		engineSensitive := epochAligned[expr] && residues[0]
 		for _, q := range []struct {
 			path   string
 			params url.Values
@@ -267,7 +289,11 @@ func TestReadingBackAgreesWithPrometheus(t *testing.T) {
 				continue
 			}
 			if d := diffResults(want, got); d != "" {
-				t.Errorf("%s %s: dendro-receiver differs from Prometheus: %s", q.path, expr, d)
+				if engineSensitive {
+					t.Logf("%s %s: not compared with 2.42's engine (a sample lies on a whole second, where its inner windows start): %s", q.path, expr, d)
+				} else {
+					t.Errorf("%s %s: dendro-receiver differs from Prometheus: %s", q.path, expr, d)
+				}
 			}
 			viaRead, err := queryAPI(ctx, reader.url, q.path, q.params)
 			if err != nil {
@@ -318,6 +344,32 @@ func TestReadingBackAgreesWithPrometheus(t *testing.T) {
 		len(promqlCases), at.Format(time.RFC3339))
 }
 
+// epochAligned are the promqlCases whose inner evaluation times do not
+// move with the query's time (subqueries).
+var epochAligned = map[string]bool{`max_over_time(rate(e2e_requests_total[5s])[10s:2s])`: true}
+
+// boundaryFreeOffset returns the millisecond within a second farthest
+// (circularly) from every residue in taken.
+func boundaryFreeOffset(taken map[int64]bool) int64 {
+	best, bestDist := int64(500), int64(-1)
+	for o := int64(0); o < 1000; o++ {
+		dist := int64(1000)
+		for r := range taken {
+			d := (o - r + 1000) % 1000
+			dist = min(dist, d, 1000-d)
+		}
+		if dist > bestDist {
+			best, bestDist = o, dist
+		}
+	}
+	return best
+}
+
+// unixSeconds formats t as the API's decimal seconds, to the millisecond.
+func unixSeconds(t time.Time) string {
+	return strconv.FormatFloat(float64(t.UnixMilli())/1000, 'f', 3, 64)
+}
+
 func firstDiff(a, b []string) string {
 	for i := 0; i < len(a) && i < len(b); i++ {
 		if a[i] != b[i] {
@@ -325,4 +377,25 @@ func firstDiff(a, b []string) string {
 		}
 	}
 	return fmt.Sprintf("length %d vs %d", len(a), len(b))
+}
+
+func TestBoundaryFreeOffset(t *testing.T) {
+	for _, c := range []struct {
+		taken []int64
+		want  int64
+	}{
+		{nil, 0},                 // nothing taken: any offset; the first wins
+		{[]int64{0}, 500},        // opposite a whole second
+		{[]int64{0, 500}, 250},   // the first of the two widest gaps
+		{[]int64{100, 200}, 650}, // middle of the wide gap, wrapping past 0
+		{[]int64{999, 1}, 500},
+	} {
+		taken := map[int64]bool{}
+		for _, r := range c.taken {
+			taken[r] = true
+		}
+		if got := boundaryFreeOffset(taken); got != c.want {
+			t.Errorf("boundaryFreeOffset(%v) = %d, want %d", c.taken, got, c.want)
+		}
+	}
 }
