@@ -35,7 +35,6 @@ const (
 	kindIndex uint8 = iota
 	kindMetric
 	kindMetadata
-	kindRow  // a decoded live wal row (seq -1; firstTS is the row's ts, rows its hash)
 	kindTail // a stream's decoded live tail (seq -2; rows, firstTS, lastTS: the live span)
 )
 

@@ -197,11 +197,17 @@ func (s *store) metricNames(ctx context.Context, mint, maxt int64, ms []*labels.
 				if err != nil {
 					return err
 				}
-				for _, row := range tail.rows {
-					for n, e := range row {
-						if _, ok := set[n]; !ok && nc.matches(n) && e.hasSamplesIn(mint, maxt) {
-							set[n] = struct{}{}
-						}
+				var u unpacker
+				for n, e := range tail.byMetric {
+					if _, ok := set[n]; ok || !nc.matches(n) {
+						continue
+					}
+					has, err := e.hasSamplesIn(&u, mint, maxt)
+					if err != nil {
+						return err
+					}
+					if has {
+						set[n] = struct{}{}
 					}
 				}
 				return nil // the cached tail answered for this stream

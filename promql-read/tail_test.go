@@ -1,0 +1,78 @@
+package promread
+
+import (
+	"context"
+	"math"
+	"testing"
+
+	"github.com/prometheus/prometheus/model/labels"
+
+	"github.com/dendro-receiver/dendro-receiver/encoders/promsample"
+)
+
+// TestTailGrowsIncrementally: a live tail that grows between reads is
+// extended from the previous one (new rows only), and the answer equals a
+// cold read's: appended samples, a late sample landing in its place, an
+// exact duplicate dropped, a same-timestamp sample with another value kept,
+// a new series, special floats bit-exact, and a seal resetting the tail.
+func TestTailGrowsIncrementally(t *testing.T) {
+	f := newFixture(t)
+	warm, err := NewQueryable(f.a, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := ls("__name__", "m", "id", "a"), ls("__name__", "m", "id", "b")
+	c := ls("__name__", "other", "id", "c")
+	write := func(l labels.Labels, fl ...promsample.Sample) {
+		f.write("src", promsample.Batch{Series: []promsample.Series{{Labels: l, Samples: fl}}})
+	}
+	check := func(step string) {
+		t.Helper()
+		for _, ms := range [][]*labels.Matcher{
+			{mustMatcher(labels.MatchEqual, "__name__", "m")},
+			{mustMatcher(labels.MatchEqual, "__name__", "m"), mustMatcher(labels.MatchEqual, "id", "a")},
+			{mustMatcher(labels.MatchRegexp, "__name__", ".+")},
+		} {
+			cold, err := NewQueryable(f.a, Options{CacheBytes: -1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			q1, _ := warm.Querier(math.MinInt64, math.MaxInt64)
+			q2, _ := cold.Querier(math.MinInt64, math.MaxInt64)
+			got := readAll(t, q1.Select(context.Background(), true, nil, ms...))
+			want := readAll(t, q2.Select(context.Background(), true, nil, ms...))
+			equalSeries(t, step, want, got)
+			for i := range want {
+				sameBits(t, step, got[i].floats, want[i].floats)
+			}
+		}
+	}
+	var s []promsample.Sample
+	for i := range 200 {
+		s = append(s, promsample.Sample{T: int64(i) * 1000, V: float64(i)})
+	}
+	write(a, s[:130]...)
+	check("first rows")
+	write(a, s[130:150]...)
+	write(b, promsample.Sample{T: 5000, V: staleNaN})
+	check("appended")
+	write(a, promsample.Sample{T: 2500, V: math.Float64frombits(0x7ff8000000000001)}) // late
+	write(a, s[140])                                                                  // exact duplicate
+	write(a, promsample.Sample{T: s[149].T, V: -0.0})                                 // same ts, other value
+	write(c, promsample.Sample{T: 1, V: math.Inf(-1)})
+	check("late, duplicate, new metric")
+	f.seal("src")
+	write(a, s[150:]...)
+	check("after a seal")
+	// The tail after the seal holds only the new rows.
+	q, _ := warm.Querier(s[150].T, math.MaxInt64)
+	got := readAll(t, q.Select(context.Background(), true, nil, mustMatcher(labels.MatchEqual, "id", "a")))
+	if len(got) != 1 || len(got[0].floats) != 50 {
+		t.Fatalf("after the seal: %d series", len(got))
+	}
+	// Per stream touched: a first whole decode, then extensions, and one
+	// more whole decode after the seal.
+	if w, x := warm.s.tailBuilds.whole.Load(), warm.s.tailBuilds.extended.Load(); x < 2 || w > 3 {
+		t.Fatalf("tails decoded whole %d times, extended %d times", w, x)
+	}
+}
