@@ -236,6 +236,50 @@ func (tx *ReadTx) SegmentMetas(source SourceID, stream string) ([]StoredSegment,
 		WHERE source_id = ?1 AND stream = ?2 ORDER BY seq`, source, stream)
 }
 
+// StreamSegment is one segment's catalog entry with its stream's name.
+type StreamSegment struct {
+	Stream string
+	Seq    int64
+	SegmentMeta
+}
+
+// SourceSegmentMetas returns every segment of a source, by stream then seq,
+// from the catalog alone: neither the bytes nor the caller index is read.
+// (The index sits after the BLOB in the row, so reading it walks the
+// BLOB's overflow-page chain; a reader that has the parsed index cached
+// asks for the catalog only, and for SegmentIndex on a miss.)
+func (tx *ReadTx) SourceSegmentMetas(source SourceID) ([]StreamSegment, error) {
+	rows, err := tx.q.QueryContext(tx.ctx, `SELECT stream, seq, rows, first_ts, last_ts, length(bytes) FROM segments
+		WHERE source_id = ?1 ORDER BY stream, seq`, source)
+	if err != nil {
+		return nil, sqlErr("read segment metas", err)
+	}
+	defer rows.Close()
+	var out []StreamSegment
+	for rows.Next() {
+		var s StreamSegment
+		if err := rows.Scan(&s.Stream, &s.Seq, &s.Rows, &s.FirstTS, &s.LastTS, &s.Size); err != nil {
+			return nil, sqlErr("read segment metas", err)
+		}
+		out = append(out, s)
+	}
+	return out, rows.Err()
+}
+
+// SegmentIndex returns one segment's caller index (nil when it has none);
+// ok is false when the segment is absent.
+func (tx *ReadTx) SegmentIndex(source SourceID, stream string, seq int64) (index []byte, ok bool, err error) {
+	err = tx.q.QueryRowContext(tx.ctx, `SELECT caller_index FROM segments WHERE source_id = ?1 AND stream = ?2 AND seq = ?3`,
+		source, stream, seq).Scan(&index)
+	if err == sql.ErrNoRows {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, sqlErr("read segment index", err)
+	}
+	return index, true, nil
+}
+
 // Segments returns a stream's segments with their bytes, in seq order. The
 // ORDER BY is load-bearing: without it the planner may walk
 // segments_by_time, which is ordered by last_ts.

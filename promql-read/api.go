@@ -602,13 +602,9 @@ func (s *store) metadata(ctx context.Context, metric string) ([]promsample.Metad
 	nc := constrainNames(ms)
 	set := map[promsample.Metadata]struct{}{}
 	err := s.a.View(ctx, func(tx *archive.ReadTx) error {
-		return eachStream(tx, nc, func(src archive.SourceInfo, st string) error {
-			metas, err := tx.SegmentMetas(src.ID, st)
-			if err != nil {
-				return err
-			}
+		return eachStream(tx, nc, func(src archive.SourceInfo, st string, metas []archive.StreamSegment) error {
 			for _, m := range metas {
-				id := s.segID(src.ID, st, m)
+				id := s.segID(src.ID, m)
 				k := cacheKey{seg: id, kind: kindMetadata}
 				var md []promsample.Metadata
 				if v, ok := s.cache.get(k); ok {

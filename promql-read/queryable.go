@@ -173,13 +173,9 @@ func (s *store) metricNames(ctx context.Context, mint, maxt int64, ms []*labels.
 	nc := constrainNames(ms)
 	set := map[string]struct{}{}
 	err := s.a.View(ctx, func(tx *archive.ReadTx) error {
-		return eachStream(tx, nc, func(src archive.SourceInfo, st string) error {
-			metas, err := tx.SegmentMetas(src.ID, st)
-			if err != nil {
-				return err
-			}
+		return eachStream(tx, nc, func(src archive.SourceInfo, st string, metas []archive.StreamSegment) error {
 			for _, m := range metas {
-				x, err := s.index(s.segID(src.ID, st, m), m.Index)
+				x, err := s.index(tx, s.segID(src.ID, m))
 				if err != nil {
 					return err
 				}

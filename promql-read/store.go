@@ -213,8 +213,9 @@ func matchesAll(ms []*labels.Matcher, ls labels.Labels) bool {
 // "stream_buckets": a source whose bucket count changed without that
 // metadata following would hide a metric's data in another stream.
 // eachStream calls fn, inside the snapshot tx, for every sample stream of
-// every source that the name constraint nc allows.
-func eachStream(tx *archive.ReadTx, nc nameConstraint, fn func(src archive.SourceInfo, stream string) error) error {
+// every source that the name constraint nc allows, with that stream's
+// sealed segments (catalog only, by seq; one catalog query per source).
+func eachStream(tx *archive.ReadTx, nc nameConstraint, fn func(src archive.SourceInfo, stream string, segs []archive.StreamSegment) error) error {
 	srcs, err := tx.Sources()
 	if err != nil {
 		return err
@@ -224,8 +225,21 @@ func eachStream(tx *archive.ReadTx, nc nameConstraint, fn func(src archive.Sourc
 		if err != nil {
 			return err
 		}
+		if len(streams) == 0 {
+			continue
+		}
+		all, err := tx.SourceSegmentMetas(src.ID)
+		if err != nil {
+			return err
+		}
 		for _, st := range streams {
-			if err := fn(src, st); err != nil {
+			// all is sorted by (stream, seq): the stream's run is contiguous.
+			lo, _ := slices.BinarySearchFunc(all, st, func(m archive.StreamSegment, st string) int { return strings.Compare(m.Stream, st) })
+			hi := lo
+			for hi < len(all) && all[hi].Stream == st {
+				hi++
+			}
+			if err := fn(src, st, all[lo:hi]); err != nil {
 				return err
 			}
 		}
@@ -261,11 +275,11 @@ func (s *store) selectSeries(ctx context.Context, p selectParams) ([]*series, er
 		return nil, nil
 	}
 	err := s.a.View(ctx, func(tx *archive.ReadTx) error {
-		return eachStream(tx, nc, func(src archive.SourceInfo, st string) error {
+		return eachStream(tx, nc, func(src archive.SourceInfo, st string, segs []archive.StreamSegment) error {
 			if err := ctx.Err(); err != nil {
 				return err
 			}
-			if err := s.readStream(tx, src.ID, st, p, nc, acc); err != nil {
+			if err := s.readStream(tx, src.ID, st, segs, p, nc, acc); err != nil {
 				return fmt.Errorf("source %d stream %s: %w", src.ID, st, err)
 			}
 			return nil
@@ -280,16 +294,25 @@ func (s *store) selectSeries(ctx context.Context, p selectParams) ([]*series, er
 	return acc.finish(p.exemplars), nil
 }
 
-func (s *store) segID(src archive.SourceID, stream string, m archive.StoredSegment) segmentID {
-	return segmentID{path: s.a.Path(), source: src, stream: stream, seq: m.Seq, rows: m.Rows,
+func (s *store) segID(src archive.SourceID, m archive.StreamSegment) segmentID {
+	return segmentID{path: s.a.Path(), source: src, stream: m.Stream, seq: m.Seq, rows: m.Rows,
 		firstTS: m.FirstTS, lastTS: m.LastTS, size: m.Size}
 }
 
-// index parses (or recalls) a segment's index from the catalog.
-func (s *store) index(id segmentID, raw []byte) (*promsample.Index, error) {
+// index parses (or recalls) a segment's index, reading it from the
+// catalog only on a miss.
+func (s *store) index(tx *archive.ReadTx, id segmentID) (*promsample.Index, error) {
 	k := cacheKey{seg: id, kind: kindIndex}
 	if v, ok := s.cache.get(k); ok {
 		return v.(*promsample.Index), nil
+	}
+	raw, ok, err := tx.SegmentIndex(id.source, id.stream, id.seq)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		// Inside one snapshot the catalog row just read cannot vanish.
+		return nil, fmt.Errorf("segment %d listed but absent", id.seq)
 	}
 	x, err := promsample.ParseIndex(raw)
 	if err != nil {
@@ -314,14 +337,10 @@ func metricInRange(x *promsample.Index, i int, mint, maxt int64) bool {
 	return len(x.RowGroups) == 0 && x.Overlaps(mint, maxt)
 }
 
-func (s *store) readStream(tx *archive.ReadTx, src archive.SourceID, stream string, p selectParams, nc nameConstraint, acc *accumulator) error {
-	metas, err := tx.SegmentMetas(src, stream)
-	if err != nil {
-		return err
-	}
+func (s *store) readStream(tx *archive.ReadTx, src archive.SourceID, stream string, metas []archive.StreamSegment, p selectParams, nc nameConstraint, acc *accumulator) error {
 	for _, m := range metas {
-		id := s.segID(src, stream, m)
-		x, err := s.index(id, m.Index)
+		id := s.segID(src, m)
+		x, err := s.index(tx, id)
 		if err != nil {
 			return err
 		}
