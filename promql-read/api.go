@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -31,6 +32,8 @@ type API struct {
 	// slots is the concurrency semaphore: a request holds one slot while it
 	// reads, so at most MaxConcurrency questions decode at once.
 	slots chan struct{}
+	// sampleBufs holds *sampleBufs for SAMPLES answers.
+	sampleBufs sync.Pool
 }
 
 // NewAPI builds the API over a (a read handle; the caller keeps it and
@@ -52,8 +55,10 @@ func NewAPI(a *archive.Archive, opts Options) (*API, error) {
 		EnableNegativeOffset: true,
 		Parser:               p,
 	})
-	return &API{opts: opts, q: q, s: q.s, engine: engine, parser: p,
-		slots: make(chan struct{}, opts.MaxConcurrency)}, nil
+	api := &API{opts: opts, q: q, s: q.s, engine: engine, parser: p,
+		slots: make(chan struct{}, opts.MaxConcurrency)}
+	api.sampleBufs.New = func() any { return &sampleBufs{} }
+	return api, nil
 }
 
 // Queryable returns the storage.Queryable the API evaluates PromQL over.

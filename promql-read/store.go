@@ -901,12 +901,21 @@ func mergeSamples(ps [][]promsample.Sample) []promsample.Sample {
 		return ps[0]
 	}
 	n := 0
-	for _, p := range ps {
+	disjoint := true // every piece starts after the one before ends
+	for i, p := range ps {
 		n += len(p)
+		if i > 0 && len(p) > 0 && len(ps[i-1]) > 0 && p[0].T <= ps[i-1][len(ps[i-1])-1].T {
+			disjoint = false
+		}
 	}
 	out := make([]promsample.Sample, 0, n)
 	for _, p := range ps {
 		out = append(out, p...)
+	}
+	if disjoint && !slices.ContainsFunc(ps, func(p []promsample.Sample) bool { return len(p) == 0 }) {
+		// Canonical pieces in time order with no shared timestamp: their
+		// concatenation is canonical.
+		return out
 	}
 	if !slices.IsSortedFunc(out, compareSample) {
 		slices.SortFunc(out, compareSample)
