@@ -266,6 +266,41 @@ func (tx *ReadTx) SourceSegmentMetas(source SourceID) ([]StreamSegment, error) {
 	return out, rows.Err()
 }
 
+// StreamSegmentMetas is SourceSegmentMetas for one stream: its segments
+// by seq, catalog only.
+func (tx *ReadTx) StreamSegmentMetas(source SourceID, stream string) ([]StreamSegment, error) {
+	rows, err := tx.q.QueryContext(tx.ctx, `SELECT stream, seq, rows, first_ts, last_ts, length(bytes) FROM segments
+		WHERE source_id = ?1 AND stream = ?2 ORDER BY seq`, source, stream)
+	if err != nil {
+		return nil, sqlErr("read segment metas", err)
+	}
+	defer rows.Close()
+	var out []StreamSegment
+	for rows.Next() {
+		var s StreamSegment
+		if err := rows.Scan(&s.Stream, &s.Seq, &s.Rows, &s.FirstTS, &s.LastTS, &s.Size); err != nil {
+			return nil, sqlErr("read segment metas", err)
+		}
+		out = append(out, s)
+	}
+	return out, rows.Err()
+}
+
+// LiveSpanAbove is LiveSpan for a caller that has already read the
+// stream's segments in this snapshot: watermark is their greatest LastTS
+// and sealed says there is at least one (the stream's sealed watermark;
+// with sealed false every row is live). Given those, it counts exactly the
+// rows LiveSpan counts, with a plain index range instead of the live
+// predicate's subqueries.
+func (tx *ReadTx) LiveSpanAbove(source SourceID, stream string, watermark int64, sealed bool) (Span, error) {
+	if !sealed {
+		return tx.span(`SELECT COUNT(*), COALESCE(MIN(ts), 0), COALESCE(MAX(ts), 0) FROM wal WHERE source_id = ?1 AND stream = ?2`,
+			source, stream)
+	}
+	return tx.span(`SELECT COUNT(*), COALESCE(MIN(ts), 0), COALESCE(MAX(ts), 0) FROM wal WHERE source_id = ?1 AND stream = ?2 AND ts > ?3`,
+		source, stream, watermark)
+}
+
 // SegmentIndex returns one segment's caller index (nil when it has none);
 // ok is false when the segment is absent.
 func (tx *ReadTx) SegmentIndex(source SourceID, stream string, seq int64) (index []byte, ok bool, err error) {

@@ -46,6 +46,9 @@ func TestSourceSegmentMetasAndSegmentIndex(t *testing.T) {
 			}
 		}
 		eq(t, "metas", got, want)
+		one, err := tx.StreamSegmentMetas(src, "a")
+		must(t, err)
+		eq(t, "metas of a", one, want[:2])
 		eq(t, "count", len(got), 3)
 		eq(t, "size", got[1].Size, int64(20001))
 		_, ok, err := tx.SegmentIndex(src, "a", 7)
@@ -53,4 +56,44 @@ func TestSourceSegmentMetasAndSegmentIndex(t *testing.T) {
 		eq(t, "absent index", ok, false)
 		return nil
 	})
+}
+
+// TestLiveSpanAboveAgreesWithLiveSpan: given the watermark read from the
+// segments, LiveSpanAbove counts what LiveSpan counts, before any seal
+// (negative and zero ts included), after one, and with shadowed rows not
+// yet pruned.
+func TestLiveSpanAboveAgreesWithLiveSpan(t *testing.T) {
+	h, path := newHandle(t)
+	src := addSrc(t, h, nil)
+	putWAL(t, h, src, "s", -5, 0, 3, 7, 9)
+	putWAL(t, h, src, "t", 1)
+	a := openRead(t, path)
+	check := func(step string, wantRows int64) {
+		t.Helper()
+		view(t, a, func(tx *archive.ReadTx) error {
+			for _, st := range []string{"s", "t", "none"} {
+				metas, err := tx.StreamSegmentMetas(src, st)
+				must(t, err)
+				var w int64
+				for _, m := range metas {
+					w = max(w, m.LastTS)
+				}
+				got, err := tx.LiveSpanAbove(src, st, w, len(metas) > 0)
+				must(t, err)
+				want, err := tx.LiveSpan(src, st)
+				must(t, err)
+				eq(t, step+" span of "+st, got, want)
+				if st == "s" {
+					eq(t, step+" live rows of s", got.Rows, wantRows)
+				}
+			}
+			return nil
+		})
+	}
+	check("unsealed", 5)
+	update(t, h, func(tx *archive.WriteTx) error {
+		// sealed through ts 3; rows -5..3 stay behind, shadowed
+		return tx.InsertSegment(src, "s", 0, &archive.Segment{Bytes: []byte{1}, Rows: 3, FirstTS: -5, LastTS: 3})
+	})
+	check("sealed", 2)
 }

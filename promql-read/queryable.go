@@ -189,7 +189,7 @@ func (s *store) metricNames(ctx context.Context, mint, maxt int64, ms []*labels.
 				}
 			}
 			if s.cache != nil && s.cache.maxBytes > 0 {
-				tail, err := s.liveTail(tx, src.ID, st)
+				tail, err := s.liveTail(tx, src.ID, st, metas)
 				if err != nil {
 					return err
 				}

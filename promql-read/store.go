@@ -225,10 +225,15 @@ func eachStream(tx *archive.ReadTx, nc nameConstraint, fn func(src archive.Sourc
 		if err != nil {
 			return err
 		}
-		if len(streams) == 0 {
+		var all []archive.StreamSegment
+		switch len(streams) {
+		case 0:
 			continue
+		case 1: // a __name__ equality: one stream's catalog rows only
+			all, err = tx.StreamSegmentMetas(src.ID, streams[0])
+		default:
+			all, err = tx.SourceSegmentMetas(src.ID)
 		}
-		all, err := tx.SourceSegmentMetas(src.ID)
 		if err != nil {
 			return err
 		}
@@ -361,7 +366,7 @@ func (s *store) readStream(tx *archive.ReadTx, src archive.SourceID, stream stri
 		}
 	}
 	if s.cache != nil && s.cache.maxBytes > 0 {
-		tail, err := s.liveTail(tx, src, stream)
+		tail, err := s.liveTail(tx, src, stream, metas)
 		if err != nil {
 			return fmt.Errorf("live tail: %w", err)
 		}
@@ -420,8 +425,18 @@ func (s *store) tailKey(src archive.SourceID, stream string, span archive.Span) 
 // above the previous max ts), only those new rows are read and decoded
 // and merged into the previous tail (whose chunks are copied, not
 // re-encoded). Otherwise every live row is decoded.
-func (s *store) liveTail(tx *archive.ReadTx, src archive.SourceID, stream string) (*tailEntry, error) {
-	span, err := tx.LiveSpan(src, stream)
+//
+// segs are the stream's segments as read in this snapshot: their greatest
+// last_ts is the sealed watermark the live predicate compares with.
+func (s *store) liveTail(tx *archive.ReadTx, src archive.SourceID, stream string, segs []archive.StreamSegment) (*tailEntry, error) {
+	var watermark int64
+	if len(segs) > 0 {
+		watermark = segs[0].LastTS
+		for _, m := range segs[1:] {
+			watermark = max(watermark, m.LastTS)
+		}
+	}
+	span, err := tx.LiveSpanAbove(src, stream, watermark, len(segs) > 0)
 	if err != nil {
 		return nil, err
 	}
