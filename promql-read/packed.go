@@ -32,14 +32,45 @@ type packedChunk struct {
 }
 
 // packedSeries is one series of a metricEntry. Its floats are
-// chunks[c0:c1] of the entry, in time order; histograms and exemplars stay
-// decoded (they are rare and not worth a second format).
+// chunks[c0:c1] of the entry, in time order. Histograms and exemplars stay
+// decoded (they are rare and not worth a second format), out of line:
+// extra, when not 0, is 1 + their index in the entry's extras, so a series
+// without any costs 32 bytes here.
 type packedSeries struct {
-	lbls      labels.Labels
-	c0, c1    int32
-	floats    int32                  // how many float samples the chunks hold
-	hists     []promsample.Histogram // by T
-	exemplars []promsample.Exemplar  // by T
+	lbls   labels.Labels
+	c0, c1 int32
+	floats int32 // how many float samples the chunks hold
+	extra  int32
+}
+
+// seriesExtras are a series' histograms and exemplars, each by T.
+type seriesExtras struct {
+	hists     []promsample.Histogram
+	exemplars []promsample.Exemplar
+}
+
+func (e *metricEntry) hists(s *packedSeries) []promsample.Histogram {
+	if s.extra == 0 {
+		return nil
+	}
+	return e.extras[s.extra-1].hists
+}
+
+func (e *metricEntry) exemplars(s *packedSeries) []promsample.Exemplar {
+	if s.extra == 0 {
+		return nil
+	}
+	return e.extras[s.extra-1].exemplars
+}
+
+// setExtras records a series' histograms and exemplars, if any.
+func (e *metricEntry) setExtras(s *packedSeries, hs []promsample.Histogram, ex []promsample.Exemplar) {
+	s.extra = 0
+	if len(hs)+len(ex) == 0 {
+		return
+	}
+	e.extras = append(e.extras, seriesExtras{hists: hs, exemplars: ex})
+	s.extra = int32(len(e.extras))
 }
 
 // packer builds the arena and chunk list of one metricEntry.
@@ -167,8 +198,8 @@ func newMetricEntry(series []promsample.Series) (*metricEntry, error) {
 		if err != nil {
 			return nil, err
 		}
-		e.series[i] = packedSeries{lbls: sr.Labels, c0: c0, c1: c1, floats: int32(len(sr.Samples)),
-			hists: sr.Histograms, exemplars: sr.Exemplars}
+		e.series[i] = packedSeries{lbls: sr.Labels, c0: c0, c1: c1, floats: int32(len(sr.Samples))}
+		e.setExtras(&e.series[i], sr.Histograms, sr.Exemplars)
 	}
 	// Trim the arena and chunk list to their length: the cache accounts
 	// what is held.
@@ -185,8 +216,11 @@ func (e *metricEntry) computeSize() int64 {
 	n := int64(unsafe.Sizeof(*e)) + int64(cap(e.data)) + int64(cap(e.chunks))*int64(unsafe.Sizeof(packedChunk{})) +
 		int64(cap(e.series))*int64(unsafe.Sizeof(packedSeries{}))
 	for i := range e.series {
-		s := &e.series[i]
-		n += int64(s.lbls.ByteSize())
+		n += int64(e.series[i].lbls.ByteSize())
+	}
+	n += int64(cap(e.extras)) * int64(unsafe.Sizeof(seriesExtras{}))
+	for i := range e.extras {
+		s := &e.extras[i]
 		n += int64(cap(s.exemplars)) * int64(unsafe.Sizeof(promsample.Exemplar{}))
 		for _, x := range s.exemplars {
 			n += int64(x.Labels.ByteSize())
@@ -266,6 +300,7 @@ func extendEntry(old *metricEntry, add []promsample.Series) (*metricEntry, error
 				}
 			}
 			s.c0, s.c1 = c0, int32(len(p.chunks))
+			e.setExtras(&s, old.hists(&s), old.exemplars(&s))
 			e.series = append(e.series, s)
 			i++
 		case c > 0: // only new: pack
@@ -274,8 +309,9 @@ func extendEntry(old *metricEntry, add []promsample.Series) (*metricEntry, error
 			if err != nil {
 				return nil, err
 			}
-			e.series = append(e.series, packedSeries{lbls: sr.Labels, c0: c0, c1: c1, floats: int32(len(sr.Samples)),
-				hists: sr.Histograms, exemplars: sr.Exemplars})
+			ps := packedSeries{lbls: sr.Labels, c0: c0, c1: c1, floats: int32(len(sr.Samples))}
+			e.setExtras(&ps, sr.Histograms, sr.Exemplars)
+			e.series = append(e.series, ps)
 			j++
 		default: // both
 			s, sr := old.series[i], &add[j]
@@ -320,8 +356,14 @@ func extendEntry(old *metricEntry, add []promsample.Series) (*metricEntry, error
 			} else {
 				s.floats += int32(len(sr.Samples))
 			}
-			s.hists = mergeHists([][]promsample.Histogram{s.hists, sr.Histograms})
-			s.exemplars = mergeExemplars([][]promsample.Exemplar{s.exemplars, sr.Exemplars})
+			hs, ex := old.hists(&s), old.exemplars(&s)
+			if len(sr.Histograms) > 0 {
+				hs = mergeHists([][]promsample.Histogram{hs, sr.Histograms})
+			}
+			if len(sr.Exemplars) > 0 {
+				ex = mergeExemplars([][]promsample.Exemplar{ex, sr.Exemplars})
+			}
+			e.setExtras(&s, hs, ex)
 			e.series = append(e.series, s)
 			i++
 			j++

@@ -89,6 +89,7 @@ type metricEntry struct {
 	series []packedSeries
 	chunks []packedChunk
 	data   []byte // the XOR chunks' bytes
+	extras []seriesExtras
 	// postings maps label name -> value -> indexes into series; it turns
 	// "find one series among thousands" into a map lookup. Built with the
 	// entry, so readers never write to it.
@@ -125,7 +126,7 @@ func (e *metricEntry) lookup(ms []*labels.Matcher) []int32 {
 func (e *metricEntry) hasSamplesIn(u *unpacker, mint, maxt int64) (bool, error) {
 	for i := range e.series {
 		s := &e.series[i]
-		if len(trimHists(s.hists, mint, maxt)) > 0 {
+		if len(trimHists(e.hists(s), mint, maxt)) > 0 {
 			return true, nil
 		}
 		if ok, err := e.hasFloatsIn(u, s, mint, maxt); ok || err != nil {
@@ -760,10 +761,10 @@ func (a *accumulator) addIfMatch(e *metricEntry, sr *packedSeries, p selectParam
 
 // addPacked takes the part of a packed series in [p.mint, p.maxt].
 func (a *accumulator) addPacked(e *metricEntry, sr *packedSeries, p selectParams) error {
-	hs := trimHists(sr.hists, p.mint, p.maxt)
+	hs := trimHists(e.hists(sr), p.mint, p.maxt)
 	var ex []promsample.Exemplar
 	if p.exemplars {
-		ex = trimExemplars(sr.exemplars, p.mint, p.maxt)
+		ex = trimExemplars(e.exemplars(sr), p.mint, p.maxt)
 	}
 	if p.labelsOnly {
 		if len(hs)+len(ex) == 0 {

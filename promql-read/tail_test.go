@@ -37,13 +37,21 @@ func TestTailGrowsIncrementally(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			q1, _ := warm.Querier(math.MinInt64, math.MaxInt64)
-			q2, _ := cold.Querier(math.MinInt64, math.MaxInt64)
-			got := readAll(t, q1.Select(context.Background(), true, nil, ms...))
-			want := readAll(t, q2.Select(context.Background(), true, nil, ms...))
+			p := selectParams{mint: math.MinInt64, maxt: math.MaxInt64, matchers: ms, exemplars: true}
+			got, err := warm.s.selectSeries(context.Background(), p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := cold.s.selectSeries(context.Background(), p)
+			if err != nil {
+				t.Fatal(err)
+			}
 			equalSeries(t, step, want, got)
 			for i := range want {
 				sameBits(t, step, got[i].floats, want[i].floats)
+				if len(got[i].exemplars) != len(want[i].exemplars) {
+					t.Fatalf("%s: %s has %d exemplars, want %d", step, want[i].lbls, len(got[i].exemplars), len(want[i].exemplars))
+				}
 			}
 		}
 	}
@@ -60,6 +68,20 @@ func TestTailGrowsIncrementally(t *testing.T) {
 	write(a, s[140])                                                                  // exact duplicate
 	write(a, promsample.Sample{T: s[149].T, V: -0.0})                                 // same ts, other value
 	write(c, promsample.Sample{T: 1, V: math.Inf(-1)})
+	// Histograms and exemplars: a new series, then more of both for it
+	// and an exemplar on a series that had none.
+	h := ls("__name__", "m", "id", "h")
+	f.write("src", promsample.Batch{Series: []promsample.Series{{Labels: h,
+		Histograms: []promsample.Histogram{{T: 1000, H: testHistogram(1)}}}}})
+	check("a histogram series")
+	f.write("src", promsample.Batch{Series: []promsample.Series{
+		{Labels: h, Histograms: []promsample.Histogram{{T: 2000, H: testHistogram(2)}},
+			Exemplars: []promsample.Exemplar{{Labels: ls("trace", "x"), T: 2000, V: 1}}},
+		{Labels: b, Samples: []promsample.Sample{{T: 6000, V: 1}}, Exemplars: []promsample.Exemplar{{Labels: ls("trace", "y"), T: 6000, V: 1}}},
+	}})
+	check("histograms and exemplars added")
+	write(a, promsample.Sample{T: s[149].T + 1, V: 7}) // h and b untouched: copied
+	check("histograms and exemplars kept")
 	check("late, duplicate, new metric")
 	f.seal("src")
 	write(a, s[150:]...)
@@ -72,7 +94,7 @@ func TestTailGrowsIncrementally(t *testing.T) {
 	}
 	// Per stream touched: a first whole decode, then extensions, and one
 	// more whole decode after the seal.
-	if w, x := warm.s.tailBuilds.whole.Load(), warm.s.tailBuilds.extended.Load(); x < 2 || w > 3 {
+	if w, x := warm.s.tailBuilds.whole.Load(), warm.s.tailBuilds.extended.Load(); x < 4 || w > 3 {
 		t.Fatalf("tails decoded whole %d times, extended %d times", w, x)
 	}
 }
