@@ -106,6 +106,20 @@ func (c *cache) put(k cacheKey, v any, size int64) {
 	}
 }
 
+// remove drops k if it is held.
+func (c *cache) remove(k cacheKey) {
+	if c == nil || c.maxBytes <= 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.items[k]; ok {
+		c.ll.Remove(e)
+		delete(c.items, k)
+		c.bytes -= e.Value.(*cacheEntry).size
+	}
+}
+
 // CacheStats describes the segment cache.
 type CacheStats struct {
 	Bytes, MaxBytes int64

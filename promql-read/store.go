@@ -499,7 +499,13 @@ func (s *store) tailFor(tx *archive.ReadTx, src archive.SourceID, stream string,
 		t.bytes += e.size()
 	}
 	s.cache.put(k, t, t.bytes)
-	s.rememberTail(src, stream, k)
+	if prev, ok := s.rememberTail(src, stream, k); ok && prev != k {
+		// A stream's live set only moves forward: the tail it replaces
+		// will not be asked for again (a reader still holding it keeps
+		// its own reference), so it leaves the cache now rather than
+		// pushing sealed segments out under steady ingest.
+		s.cache.remove(prev)
+	}
 	return t, nil
 }
 
@@ -518,13 +524,17 @@ func (s *store) previousTail(src archive.SourceID, stream string) *tailEntry {
 	return nil
 }
 
-func (s *store) rememberTail(src archive.SourceID, stream string, k cacheKey) {
+// rememberTail records k as the stream's newest tail and returns the one
+// it replaces.
+func (s *store) rememberTail(src archive.SourceID, stream string, k cacheKey) (prev cacheKey, ok bool) {
 	s.tailsMu.Lock()
 	defer s.tailsMu.Unlock()
 	if s.tails == nil {
 		s.tails = map[streamRef]cacheKey{}
 	}
+	prev, ok = s.tails[streamRef{src, stream}]
 	s.tails[streamRef{src, stream}] = k
+	return prev, ok
 }
 
 // streamRef names one stream of one source.

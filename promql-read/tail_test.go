@@ -92,6 +92,18 @@ func TestTailGrowsIncrementally(t *testing.T) {
 	if len(got) != 1 || len(got[0].floats) != 50 {
 		t.Fatalf("after the seal: %d series", len(got))
 	}
+	// Superseded tails left the cache: one tail per stream at most.
+	tails := 0
+	warm.s.cache.mu.Lock()
+	for k := range warm.s.cache.items {
+		if k.kind == kindTail {
+			tails++
+		}
+	}
+	warm.s.cache.mu.Unlock()
+	if tails > 2 {
+		t.Fatalf("%d tails cached for 2 streams", tails)
+	}
 	// Per stream touched: a first whole decode, then extensions, and one
 	// more whole decode after the seal.
 	if w, x := warm.s.tailBuilds.whole.Load(), warm.s.tailBuilds.extended.Load(); x < 4 || w > 3 {
