@@ -61,6 +61,9 @@ type ReadTx struct {
 	// optional uuid column (older v4 files lack it). A handle's schema does
 	// not change under it: nothing in dendro adds or drops the column.
 	hasUUID *columnCache
+	// pinned: the questions run on a connection that also writes (a write
+	// handle's), whose own commits do not change its data_version.
+	pinned bool
 }
 
 // columnCache remembers the answer to one "does this column exist"
@@ -106,7 +109,7 @@ func (a *Archive) View(ctx context.Context, fn func(tx *ReadTx) error) (err erro
 			err = sqlErr("archive: end snapshot", rerr)
 		}
 	}()
-	return fn(&ReadTx{ctx: ctx, q: conn, hasUUID: &a.uuidColumn})
+	return fn(&ReadTx{ctx: ctx, q: conn, hasUUID: &a.uuidColumn, pinned: a.pinned != nil})
 }
 
 // acquire returns the connection a question runs on and how to give it back.
@@ -313,6 +316,42 @@ func (tx *ReadTx) SegmentIndex(source SourceID, stream string, seq int64) (index
 		return nil, false, sqlErr("read segment index", err)
 	}
 	return index, true, nil
+}
+
+// SnapshotVersion names the committed state a snapshot reads, for a caller
+// that memoizes answers about the catalog: two snapshots with equal
+// versions read the same committed state. Reader identifies the SQLite
+// connection (versions of different connections are unrelated) and
+// DataVersion is its PRAGMA data_version, which SQLite changes whenever
+// another connection's commit becomes visible to it.
+type SnapshotVersion struct {
+	Reader      any
+	DataVersion int64
+}
+
+// Version returns the snapshot's version. ok is false when equal versions
+// would not promise equal states: the questions run on a connection that
+// also writes (its own commits leave data_version alone), or the
+// connection cannot be identified.
+func (tx *ReadTx) Version() (v SnapshotVersion, ok bool, err error) {
+	if tx.pinned {
+		return v, false, nil
+	}
+	raw, isConn := tx.q.(interface {
+		Raw(func(driverConn any) error) error
+	})
+	if !isConn {
+		return v, false, nil
+	}
+	// The pragma runs inside the snapshot (BEGIN DEFERRED): it starts the
+	// read transaction if nothing has yet, so the value is this snapshot's.
+	if err := tx.q.QueryRowContext(tx.ctx, "PRAGMA data_version").Scan(&v.DataVersion); err != nil {
+		return v, false, sqlErr("data_version", err)
+	}
+	if err := raw.Raw(func(dc any) error { v.Reader = dc; return nil }); err != nil {
+		return v, false, sqlErr("data_version", err)
+	}
+	return v, v.Reader != nil, nil
 }
 
 // Segments returns a stream's segments with their bytes, in seq order. The

@@ -97,3 +97,40 @@ func TestLiveSpanAboveAgreesWithLiveSpan(t *testing.T) {
 	})
 	check("sealed", 2)
 }
+
+// TestVersionChangesWithEveryVisibleCommit: a read handle's snapshot
+// version stays equal while nothing is committed and differs once another
+// connection commits; a write handle's own snapshots give no version.
+func TestVersionChangesWithEveryVisibleCommit(t *testing.T) {
+	h, path := newHandle(t)
+	src := addSrc(t, h, nil)
+	putWAL(t, h, src, "s", 1)
+	a := openRead(t, path)
+	version := func() archive.SnapshotVersion {
+		t.Helper()
+		var v archive.SnapshotVersion
+		view(t, a, func(tx *archive.ReadTx) error {
+			var ok bool
+			var err error
+			v, ok, err = tx.Version()
+			must(t, err)
+			eq(t, "version known", ok, true)
+			return nil
+		})
+		return v
+	}
+	v1 := version()
+	eq(t, "unchanged", version(), v1)
+	putWAL(t, h, src, "s", 2)
+	v2 := version()
+	if v2 == v1 {
+		t.Fatalf("version %v did not change after a commit", v2)
+	}
+	eq(t, "unchanged again", version(), v2)
+	view(t, &h.Archive, func(tx *archive.ReadTx) error {
+		_, ok, err := tx.Version()
+		must(t, err)
+		eq(t, "version on the writer's connection", ok, false)
+		return nil
+	})
+}

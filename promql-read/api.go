@@ -607,7 +607,11 @@ func (s *store) metadata(ctx context.Context, metric string) ([]promsample.Metad
 	nc := constrainNames(ms)
 	set := map[promsample.Metadata]struct{}{}
 	err := s.a.View(ctx, func(tx *archive.ReadTx) error {
-		return eachStream(tx, nc, func(src archive.SourceInfo, st string, metas []archive.StreamSegment) error {
+		c, err := s.catalogFor(tx)
+		if err != nil {
+			return err
+		}
+		return eachStream(c, nc, func(src archive.SourceInfo, st string, metas []archive.StreamSegment) error {
 			for _, m := range metas {
 				id := s.segID(src.ID, m)
 				k := cacheKey{seg: id, kind: kindMetadata}

@@ -173,7 +173,11 @@ func (s *store) metricNames(ctx context.Context, mint, maxt int64, ms []*labels.
 	nc := constrainNames(ms)
 	set := map[string]struct{}{}
 	err := s.a.View(ctx, func(tx *archive.ReadTx) error {
-		return eachStream(tx, nc, func(src archive.SourceInfo, st string, metas []archive.StreamSegment) error {
+		c, err := s.catalogFor(tx)
+		if err != nil {
+			return err
+		}
+		return eachStream(c, nc, func(src archive.SourceInfo, st string, metas []archive.StreamSegment) error {
 			for _, m := range metas {
 				x, err := s.index(tx, s.segID(src.ID, m))
 				if err != nil {
@@ -189,7 +193,7 @@ func (s *store) metricNames(ctx context.Context, mint, maxt int64, ms []*labels.
 				}
 			}
 			if s.cache != nil && s.cache.maxBytes > 0 {
-				tail, err := s.liveTail(tx, src.ID, st, metas)
+				tail, err := s.liveTail(c, src.ID, st, metas)
 				if err != nil {
 					return err
 				}

@@ -31,6 +31,9 @@ type store struct {
 	// tailBuilds counts live tails decoded whole and extended from the
 	// previous one (for tests and profiles).
 	tailBuilds struct{ whole, extended atomic.Int64 }
+	// memos remembers catalog answers per connection and snapshot version
+	// (see catalog).
+	memos memos
 }
 
 // series is one series of an answer. Its slices may be shared with the
@@ -216,13 +219,13 @@ func matchesAll(ms []*labels.Matcher, ls labels.Labels) bool {
 // eachStream calls fn, inside the snapshot tx, for every sample stream of
 // every source that the name constraint nc allows, with that stream's
 // sealed segments (catalog only, by seq; one catalog query per source).
-func eachStream(tx *archive.ReadTx, nc nameConstraint, fn func(src archive.SourceInfo, stream string, segs []archive.StreamSegment) error) error {
-	srcs, err := tx.Sources()
+func eachStream(c *catalog, nc nameConstraint, fn func(src archive.SourceInfo, stream string, segs []archive.StreamSegment) error) error {
+	srcs, err := c.sources()
 	if err != nil {
 		return err
 	}
 	for _, src := range srcs {
-		streams, err := sampleStreams(tx, src, nc)
+		streams, err := sampleStreams(c, src, nc)
 		if err != nil {
 			return err
 		}
@@ -231,9 +234,9 @@ func eachStream(tx *archive.ReadTx, nc nameConstraint, fn func(src archive.Sourc
 		case 0:
 			continue
 		case 1: // a __name__ equality: one stream's catalog rows only
-			all, err = tx.StreamSegmentMetas(src.ID, streams[0])
+			all, err = c.segments(src.ID, streams[0])
 		default:
-			all, err = tx.SourceSegmentMetas(src.ID)
+			all, err = c.segments(src.ID, "")
 		}
 		if err != nil {
 			return err
@@ -253,13 +256,14 @@ func eachStream(tx *archive.ReadTx, nc nameConstraint, fn func(src archive.Sourc
 	return nil
 }
 
-func sampleStreams(tx *archive.ReadTx, src archive.SourceInfo, nc nameConstraint) ([]string, error) {
+func sampleStreams(c *catalog, src archive.SourceInfo, nc nameConstraint) ([]string, error) {
 	if nc.all {
-		all, err := tx.Streams(src.ID)
+		all, err := c.streams(src.ID)
 		if err != nil {
 			return nil, err
 		}
-		return slices.DeleteFunc(all, func(s string) bool { return !strings.HasPrefix(s, promsample.SampleStreamPrefix) }), nil
+		// all may be shared with the catalog memo: filter a copy.
+		return slices.DeleteFunc(slices.Clone(all), func(s string) bool { return !strings.HasPrefix(s, promsample.SampleStreamPrefix) }), nil
 	}
 	buckets, _ := strconv.Atoi(src.Metadata["stream_buckets"])
 	want := make([]string, 0, len(nc.names))
@@ -281,11 +285,15 @@ func (s *store) selectSeries(ctx context.Context, p selectParams) ([]*series, er
 		return nil, nil
 	}
 	err := s.a.View(ctx, func(tx *archive.ReadTx) error {
-		return eachStream(tx, nc, func(src archive.SourceInfo, st string, segs []archive.StreamSegment) error {
+		c, err := s.catalogFor(tx)
+		if err != nil {
+			return err
+		}
+		return eachStream(c, nc, func(src archive.SourceInfo, st string, segs []archive.StreamSegment) error {
 			if err := ctx.Err(); err != nil {
 				return err
 			}
-			if err := s.readStream(tx, src.ID, st, segs, p, nc, acc); err != nil {
+			if err := s.readStream(c, src.ID, st, segs, p, nc, acc); err != nil {
 				return fmt.Errorf("source %d stream %s: %w", src.ID, st, err)
 			}
 			return nil
@@ -343,10 +351,10 @@ func metricInRange(x *promsample.Index, i int, mint, maxt int64) bool {
 	return len(x.RowGroups) == 0 && x.Overlaps(mint, maxt)
 }
 
-func (s *store) readStream(tx *archive.ReadTx, src archive.SourceID, stream string, metas []archive.StreamSegment, p selectParams, nc nameConstraint, acc *accumulator) error {
+func (s *store) readStream(c *catalog, src archive.SourceID, stream string, metas []archive.StreamSegment, p selectParams, nc nameConstraint, acc *accumulator) error {
 	for _, m := range metas {
 		id := s.segID(src, m)
-		x, err := s.index(tx, id)
+		x, err := s.index(c.tx, id)
 		if err != nil {
 			return err
 		}
@@ -362,12 +370,12 @@ func (s *store) readStream(tx *archive.ReadTx, src archive.SourceID, stream stri
 		if len(need) == 0 {
 			continue
 		}
-		if err := s.readSegment(tx, id, x, need, p, acc); err != nil {
+		if err := s.readSegment(c.tx, id, x, need, p, acc); err != nil {
 			return fmt.Errorf("segment %d: %w", m.Seq, err)
 		}
 	}
 	if s.cache != nil && s.cache.maxBytes > 0 {
-		tail, err := s.liveTail(tx, src, stream, metas)
+		tail, err := s.liveTail(c, src, stream, metas)
 		if err != nil {
 			return fmt.Errorf("live tail: %w", err)
 		}
@@ -382,7 +390,7 @@ func (s *store) readStream(tx *archive.ReadTx, src archive.SourceID, stream stri
 		return nil
 	}
 	// No cache: decode and filter the tail.
-	rows, err := tx.LiveWAL(src, stream)
+	rows, err := c.tx.LiveWAL(src, stream)
 	if err != nil {
 		return err
 	}
@@ -429,7 +437,7 @@ func (s *store) tailKey(src archive.SourceID, stream string, span archive.Span) 
 //
 // segs are the stream's segments as read in this snapshot: their greatest
 // last_ts is the sealed watermark the live predicate compares with.
-func (s *store) liveTail(tx *archive.ReadTx, src archive.SourceID, stream string, segs []archive.StreamSegment) (*tailEntry, error) {
+func (s *store) liveTail(c *catalog, src archive.SourceID, stream string, segs []archive.StreamSegment) (*tailEntry, error) {
 	var watermark int64
 	if len(segs) > 0 {
 		watermark = segs[0].LastTS
@@ -437,11 +445,11 @@ func (s *store) liveTail(tx *archive.ReadTx, src archive.SourceID, stream string
 			watermark = max(watermark, m.LastTS)
 		}
 	}
-	span, err := tx.LiveSpanAbove(src, stream, watermark, len(segs) > 0)
+	span, err := c.liveSpan(src, stream, watermark, len(segs) > 0)
 	if err != nil {
 		return nil, err
 	}
-	return s.tailFor(tx, src, stream, span)
+	return s.tailFor(c.tx, src, stream, span)
 }
 
 func (s *store) tailFor(tx *archive.ReadTx, src archive.SourceID, stream string, span archive.Span) (*tailEntry, error) {

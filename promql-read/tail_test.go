@@ -110,3 +110,53 @@ func TestTailGrowsIncrementally(t *testing.T) {
 		t.Fatalf("tails decoded whole %d times, extended %d times", w, x)
 	}
 }
+
+// TestCatalogMemoFollowsCommits: repeated questions reuse the catalog
+// answers of an unchanged snapshot version, and a commit (new rows, a
+// seal) is seen by the next question.
+func TestCatalogMemoFollowsCommits(t *testing.T) {
+	f := newFixture(t)
+	q, err := NewQueryable(f.a, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := ls("__name__", "m", "id", "a")
+	count := func() int {
+		t.Helper()
+		got, err := q.s.selectSeries(context.Background(), selectParams{mint: math.MinInt64, maxt: math.MaxInt64,
+			matchers: []*labels.Matcher{mustMatcher(labels.MatchEqual, "__name__", "m")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, sr := range got {
+			n += len(sr.floats)
+		}
+		return n
+	}
+	f.write("src", promsample.Batch{Series: []promsample.Series{{Labels: m, Samples: []promsample.Sample{{T: 1, V: 1}}}}})
+	if n := count(); n != 1 {
+		t.Fatalf("%d samples, want 1", n)
+	}
+	count()
+	q.s.memos.mu.Lock()
+	memoized := 0
+	for _, mm := range q.s.memos.byConn {
+		if mm.hasSrc && len(mm.spans) > 0 {
+			memoized++
+		}
+	}
+	q.s.memos.mu.Unlock()
+	if memoized == 0 {
+		t.Fatal("no catalog answers remembered")
+	}
+	f.write("src", promsample.Batch{Series: []promsample.Series{{Labels: m, Samples: []promsample.Sample{{T: 2, V: 2}}}}})
+	if n := count(); n != 2 {
+		t.Fatalf("after a write: %d samples, want 2", n)
+	}
+	f.seal("src")
+	f.write("src", promsample.Batch{Series: []promsample.Series{{Labels: m, Samples: []promsample.Sample{{T: 3, V: 3}}}}})
+	if n := count(); n != 3 {
+		t.Fatalf("after a seal and a write: %d samples, want 3", n)
+	}
+}
