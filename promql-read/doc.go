@@ -38,10 +38,13 @@
 // floats as Gorilla XOR chunks of at most 120 samples with their time
 // spans (bit-exact, a few bytes per sample), with label postings for
 // equality matchers, so a range read decodes only the chunks it overlaps
-// and a one-series question never walks a metric's other series. Repeated
-// reads of one metric then cost five catalog statements (snapshot, sources,
-// the stream's segments, its live span) and map lookups; a first read of a
-// metric in a segment decodes all of that metric's series there.
+// and a one-series question never walks a metric's other series. The
+// catalog answers a question needs (sources, the stream's segments, its
+// live span) are remembered per connection and snapshot version
+// (archive.ReadTx.Version), so a repeated question on an archive that has
+// not changed costs BEGIN, one PRAGMA, ROLLBACK and map lookups; after a
+// commit, three more statements. A first read of a metric in a segment
+// decodes all of that metric's series there.
 //
 // Caveats:
 //
