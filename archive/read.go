@@ -61,6 +61,9 @@ type ReadTx struct {
 	// optional uuid column (older v4 files lack it). A handle's schema does
 	// not change under it: nothing in dendro adds or drops the column.
 	hasUUID *columnCache
+	// pinned: the questions run on a connection that also writes (a write
+	// handle's), whose own commits do not change its data_version.
+	pinned bool
 }
 
 // columnCache remembers the answer to one "does this column exist"
@@ -106,7 +109,7 @@ func (a *Archive) View(ctx context.Context, fn func(tx *ReadTx) error) (err erro
 			err = sqlErr("archive: end snapshot", rerr)
 		}
 	}()
-	return fn(&ReadTx{ctx: ctx, q: conn, hasUUID: &a.uuidColumn})
+	return fn(&ReadTx{ctx: ctx, q: conn, hasUUID: &a.uuidColumn, pinned: a.pinned != nil})
 }
 
 // acquire returns the connection a question runs on and how to give it back.
@@ -234,6 +237,121 @@ func (tx *ReadTx) strings(query string, args ...any) ([]string, error) {
 func (tx *ReadTx) SegmentMetas(source SourceID, stream string) ([]StoredSegment, error) {
 	return tx.segments(`SELECT seq, rows, first_ts, last_ts, length(bytes), caller_index, NULL FROM segments
 		WHERE source_id = ?1 AND stream = ?2 ORDER BY seq`, source, stream)
+}
+
+// StreamSegment is one segment's catalog entry with its stream's name.
+type StreamSegment struct {
+	Stream string
+	Seq    int64
+	SegmentMeta
+}
+
+// SourceSegmentMetas returns every segment of a source, by stream then seq,
+// from the catalog alone: neither the bytes nor the caller index is read.
+// (The index sits after the BLOB in the row, so reading it walks the
+// BLOB's overflow-page chain; a reader that has the parsed index cached
+// asks for the catalog only, and for SegmentIndex on a miss.)
+func (tx *ReadTx) SourceSegmentMetas(source SourceID) ([]StreamSegment, error) {
+	rows, err := tx.q.QueryContext(tx.ctx, `SELECT stream, seq, rows, first_ts, last_ts, length(bytes) FROM segments
+		WHERE source_id = ?1 ORDER BY stream, seq`, source)
+	if err != nil {
+		return nil, sqlErr("read segment metas", err)
+	}
+	defer rows.Close()
+	var out []StreamSegment
+	for rows.Next() {
+		var s StreamSegment
+		if err := rows.Scan(&s.Stream, &s.Seq, &s.Rows, &s.FirstTS, &s.LastTS, &s.Size); err != nil {
+			return nil, sqlErr("read segment metas", err)
+		}
+		out = append(out, s)
+	}
+	return out, rows.Err()
+}
+
+// StreamSegmentMetas is SourceSegmentMetas for one stream: its segments
+// by seq, catalog only.
+func (tx *ReadTx) StreamSegmentMetas(source SourceID, stream string) ([]StreamSegment, error) {
+	rows, err := tx.q.QueryContext(tx.ctx, `SELECT stream, seq, rows, first_ts, last_ts, length(bytes) FROM segments
+		WHERE source_id = ?1 AND stream = ?2 ORDER BY seq`, source, stream)
+	if err != nil {
+		return nil, sqlErr("read segment metas", err)
+	}
+	defer rows.Close()
+	var out []StreamSegment
+	for rows.Next() {
+		var s StreamSegment
+		if err := rows.Scan(&s.Stream, &s.Seq, &s.Rows, &s.FirstTS, &s.LastTS, &s.Size); err != nil {
+			return nil, sqlErr("read segment metas", err)
+		}
+		out = append(out, s)
+	}
+	return out, rows.Err()
+}
+
+// LiveSpanAbove is LiveSpan for a caller that has already read the
+// stream's segments in this snapshot: watermark is their greatest LastTS
+// and sealed says there is at least one (the stream's sealed watermark;
+// with sealed false every row is live). Given those, it counts exactly the
+// rows LiveSpan counts, with a plain index range instead of the live
+// predicate's subqueries.
+func (tx *ReadTx) LiveSpanAbove(source SourceID, stream string, watermark int64, sealed bool) (Span, error) {
+	if !sealed {
+		return tx.span(`SELECT COUNT(*), COALESCE(MIN(ts), 0), COALESCE(MAX(ts), 0) FROM wal WHERE source_id = ?1 AND stream = ?2`,
+			source, stream)
+	}
+	return tx.span(`SELECT COUNT(*), COALESCE(MIN(ts), 0), COALESCE(MAX(ts), 0) FROM wal WHERE source_id = ?1 AND stream = ?2 AND ts > ?3`,
+		source, stream, watermark)
+}
+
+// SegmentIndex returns one segment's caller index (nil when it has none);
+// ok is false when the segment is absent.
+func (tx *ReadTx) SegmentIndex(source SourceID, stream string, seq int64) (index []byte, ok bool, err error) {
+	err = tx.q.QueryRowContext(tx.ctx, `SELECT caller_index FROM segments WHERE source_id = ?1 AND stream = ?2 AND seq = ?3`,
+		source, stream, seq).Scan(&index)
+	if err == sql.ErrNoRows {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, sqlErr("read segment index", err)
+	}
+	return index, true, nil
+}
+
+// SnapshotVersion names the committed state a snapshot reads, for a caller
+// that memoizes answers about the catalog: two snapshots with equal
+// versions read the same committed state. Reader identifies the SQLite
+// connection (versions of different connections are unrelated) and
+// DataVersion is its PRAGMA data_version, which SQLite changes whenever
+// another connection's commit becomes visible to it.
+type SnapshotVersion struct {
+	Reader      any
+	DataVersion int64
+}
+
+// Version returns the snapshot's version. ok is false when equal versions
+// would not promise equal states: the questions run on a connection that
+// also writes (its own commits leave data_version alone), or the
+// connection cannot be identified.
+func (tx *ReadTx) Version() (v SnapshotVersion, ok bool, err error) {
+	if tx.pinned {
+		return v, false, nil
+	}
+	raw, isConn := tx.q.(interface {
+		Raw(func(driverConn any) error) error
+	})
+	if !isConn {
+		return v, false, nil
+	}
+	// The pragma runs inside the snapshot (BEGIN DEFERRED): it starts the
+	// read transaction if nothing has yet, so the value is this snapshot's.
+	if err := tx.q.QueryRowContext(tx.ctx, "PRAGMA data_version").Scan(&v.DataVersion); err != nil {
+		return v, false, sqlErr("data_version", err)
+	}
+	if err := raw.Raw(func(dc any) error { v.Reader = dc; return nil }); err != nil {
+		return v, false, sqlErr("data_version", err)
+	}
+	return v, v.Reader != nil, nil
 }
 
 // Segments returns a stream's segments with their bytes, in seq order. The

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -31,6 +32,8 @@ type API struct {
 	// slots is the concurrency semaphore: a request holds one slot while it
 	// reads, so at most MaxConcurrency questions decode at once.
 	slots chan struct{}
+	// sampleBufs holds *sampleBufs for SAMPLES answers.
+	sampleBufs sync.Pool
 }
 
 // NewAPI builds the API over a (a read handle; the caller keeps it and
@@ -52,8 +55,10 @@ func NewAPI(a *archive.Archive, opts Options) (*API, error) {
 		EnableNegativeOffset: true,
 		Parser:               p,
 	})
-	return &API{opts: opts, q: q, s: q.s, engine: engine, parser: p,
-		slots: make(chan struct{}, opts.MaxConcurrency)}, nil
+	api := &API{opts: opts, q: q, s: q.s, engine: engine, parser: p,
+		slots: make(chan struct{}, opts.MaxConcurrency)}
+	api.sampleBufs.New = func() any { return &sampleBufs{} }
+	return api, nil
 }
 
 // Queryable returns the storage.Queryable the API evaluates PromQL over.
@@ -602,13 +607,13 @@ func (s *store) metadata(ctx context.Context, metric string) ([]promsample.Metad
 	nc := constrainNames(ms)
 	set := map[promsample.Metadata]struct{}{}
 	err := s.a.View(ctx, func(tx *archive.ReadTx) error {
-		return eachStream(tx, nc, func(src archive.SourceInfo, st string) error {
-			metas, err := tx.SegmentMetas(src.ID, st)
-			if err != nil {
-				return err
-			}
+		c, err := s.catalogFor(tx)
+		if err != nil {
+			return err
+		}
+		return eachStream(c, nc, func(src archive.SourceInfo, st string, metas []archive.StreamSegment) error {
 			for _, m := range metas {
-				id := s.segID(src.ID, st, m)
+				id := s.segID(src.ID, m)
 				k := cacheKey{seg: id, kind: kindMetadata}
 				var md []promsample.Metadata
 				if v, ok := s.cache.get(k); ok {

@@ -35,7 +35,6 @@ const (
 	kindIndex uint8 = iota
 	kindMetric
 	kindMetadata
-	kindRow  // a decoded live wal row (seq -1; firstTS is the row's ts, rows its hash)
 	kindTail // a stream's decoded live tail (seq -2; rows, firstTS, lastTS: the live span)
 )
 
@@ -104,6 +103,20 @@ func (c *cache) put(k cacheKey, v any, size int64) {
 		c.ll.Remove(e)
 		delete(c.items, ce.key)
 		c.bytes -= ce.size
+	}
+}
+
+// remove drops k if it is held.
+func (c *cache) remove(k cacheKey) {
+	if c == nil || c.maxBytes <= 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.items[k]; ok {
+		c.ll.Remove(e)
+		delete(c.items, k)
+		c.bytes -= e.Value.(*cacheEntry).size
 	}
 }
 

@@ -28,15 +28,23 @@
 // duplicates (same timestamp, same value bits) dropped; a late sample
 // (received after newer ones) lands in its place.
 //
-// The cache (Options.CacheBytes, an LRU bounded by estimated bytes) holds
-// only what cannot change: a sealed segment's parsed index and its decoded
-// series per metric (keyed by source, stream, seq, rows, receipt span and
-// size, because compaction reuses a seq for the merged segment), a decoded
-// live wal row (keyed by its ts, length and hash), and a stream's decoded
-// live tail (keyed by the live set's count and ts span, which changes
-// whenever the set does). Repeated dashboard reads then cost three catalog
-// queries and map lookups; a first read of a metric in a segment decodes
-// all of that metric's series there.
+// The cache (Options.CacheBytes, an LRU bounded by the entries' real
+// sizes) holds only what cannot change: a sealed segment's parsed index and
+// its series per metric (keyed by source, stream, seq, rows, receipt span
+// and size, because compaction reuses a seq for the merged segment), and a
+// stream's live tail merged per metric (keyed by the live set's count and
+// ts span, which changes whenever the set does; a tail that only grew is
+// extended from the previous one, and replaces it). Series are held packed:
+// floats as Gorilla XOR chunks of at most 120 samples with their time
+// spans (bit-exact, a few bytes per sample), with label postings for
+// equality matchers, so a range read decodes only the chunks it overlaps
+// and a one-series question never walks a metric's other series. The
+// catalog answers a question needs (sources, the stream's segments, its
+// live span) are remembered per connection and snapshot version
+// (archive.ReadTx.Version), so a repeated question on an archive that has
+// not changed costs BEGIN, one PRAGMA, ROLLBACK and map lookups; after a
+// commit, three more statements. A first read of a metric in a segment
+// decodes all of that metric's series there.
 //
 // Caveats:
 //

@@ -173,13 +173,13 @@ func (s *store) metricNames(ctx context.Context, mint, maxt int64, ms []*labels.
 	nc := constrainNames(ms)
 	set := map[string]struct{}{}
 	err := s.a.View(ctx, func(tx *archive.ReadTx) error {
-		return eachStream(tx, nc, func(src archive.SourceInfo, st string) error {
-			metas, err := tx.SegmentMetas(src.ID, st)
-			if err != nil {
-				return err
-			}
+		c, err := s.catalogFor(tx)
+		if err != nil {
+			return err
+		}
+		return eachStream(c, nc, func(src archive.SourceInfo, st string, metas []archive.StreamSegment) error {
 			for _, m := range metas {
-				x, err := s.index(s.segID(src.ID, st, m), m.Index)
+				x, err := s.index(tx, s.segID(src.ID, m))
 				if err != nil {
 					return err
 				}
@@ -193,15 +193,21 @@ func (s *store) metricNames(ctx context.Context, mint, maxt int64, ms []*labels.
 				}
 			}
 			if s.cache != nil && s.cache.maxBytes > 0 {
-				tail, err := s.liveTail(tx, src.ID, st)
+				tail, err := s.liveTail(c, src.ID, st, metas)
 				if err != nil {
 					return err
 				}
-				for _, row := range tail.rows {
-					for n, e := range row {
-						if _, ok := set[n]; !ok && nc.matches(n) && e.hasSamplesIn(mint, maxt) {
-							set[n] = struct{}{}
-						}
+				var u unpacker
+				for n, e := range tail.byMetric {
+					if _, ok := set[n]; ok || !nc.matches(n) {
+						continue
+					}
+					has, err := e.hasSamplesIn(&u, mint, maxt)
+					if err != nil {
+						return err
+					}
+					if has {
+						set[n] = struct{}{}
 					}
 				}
 				return nil // the cached tail answered for this stream

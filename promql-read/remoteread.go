@@ -10,6 +10,7 @@ import (
 	"slices"
 
 	"github.com/golang/snappy"
+	"github.com/klauspost/compress/s2"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/prompb"
 	"github.com/prometheus/prometheus/storage"
@@ -121,7 +122,7 @@ func (api *API) readError(w http.ResponseWriter, err error) {
 // memory, so every query of the request shares one sample budget.
 func (api *API) sampledRead(ctx context.Context, w http.ResponseWriter, queries []selectParams) {
 	b := newBudget(api.opts.MaxSamples)
-	resp := prompb.ReadResponse{Results: make([]*prompb.QueryResult, len(queries))}
+	enc := samplesEncoder{results: make([][]*series, len(queries))}
 	for i, q := range queries {
 		q.budget = b
 		got, err := api.s.selectSeries(ctx, q)
@@ -129,35 +130,44 @@ func (api *API) sampledRead(ctx context.Context, w http.ResponseWriter, queries 
 			api.readError(w, err)
 			return
 		}
-		res := &prompb.QueryResult{Timeseries: make([]*prompb.TimeSeries, 0, len(got))}
-		for _, sr := range got {
-			ts := &prompb.TimeSeries{Labels: prompb.FromLabels(sr.lbls, nil)}
-			if len(sr.floats) > 0 {
-				ts.Samples = make([]prompb.Sample, len(sr.floats))
-				for k, s := range sr.floats {
-					ts.Samples[k] = prompb.Sample{Timestamp: s.T, Value: s.V}
-				}
-			}
-			for _, h := range sr.hists {
-				if h.H != nil {
-					ts.Histograms = append(ts.Histograms, prompb.FromIntHistogram(h.T, h.H))
-				} else {
-					ts.Histograms = append(ts.Histograms, prompb.FromFloatHistogram(h.T, h.FH))
-				}
-			}
-			res.Timeseries = append(res.Timeseries, ts)
-		}
-		resp.Results[i] = res
+		enc.results[i] = got
 	}
-	raw, err := resp.Marshal()
-	if err != nil {
+	bufs := api.sampleBufs.Get().(*sampleBufs)
+	defer api.putSampleBufs(bufs)
+	n := enc.size()
+	bufs.raw = slices.Grow(bufs.raw[:0], n)[:n]
+	if err := enc.encode(bufs.raw); err != nil {
 		api.readError(w, err)
 		return
 	}
+	// S2's snappy-compatible encoder: the same block format as
+	// github.com/golang/snappy, several times faster.
+	m := s2.MaxEncodedLen(len(bufs.raw))
+	if m < 0 {
+		api.readError(w, fmt.Errorf("read response of %d bytes is too large to compress", len(bufs.raw)))
+		return
+	}
+	bufs.out = slices.Grow(bufs.out[:0], m)[:m]
+	out := s2.EncodeSnappy(bufs.out, bufs.raw)
 	w.Header().Set("Content-Type", "application/x-protobuf")
 	w.Header().Set("Content-Encoding", "snappy")
 	w.WriteHeader(http.StatusOK)
-	w.Write(snappy.Encode(nil, raw))
+	w.Write(out)
+}
+
+// sampleBufs are a SAMPLES answer's protobuf and compressed buffers,
+// reused across requests (API.sampleBufs).
+type sampleBufs struct{ raw, out []byte }
+
+// maxPooledBuf bounds the buffers kept for reuse: a rare huge answer's
+// memory goes back to the runtime.
+const maxPooledBuf = 16 << 20
+
+func (api *API) putSampleBufs(b *sampleBufs) {
+	if cap(b.raw) > maxPooledBuf || cap(b.out) > maxPooledBuf {
+		return
+	}
+	api.sampleBufs.Put(b)
 }
 
 // streamRead answers in STREAMED_XOR_CHUNKS mode. Memory stays bounded by

@@ -12,7 +12,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/cespare/xxhash/v2"
 	"github.com/prometheus/prometheus/model/labels"
 
 	"github.com/dendro-receiver/dendro-receiver/archive"
@@ -24,6 +23,17 @@ type store struct {
 	a     *archive.Archive
 	cache *cache
 	opts  Options
+	// tails remembers, per stream, the cache key of the last live tail
+	// built, so the next one can extend it (see liveTail). One small
+	// entry per stream ever read; the tails themselves live in the cache.
+	tailsMu sync.Mutex
+	tails   map[streamRef]cacheKey
+	// tailBuilds counts live tails decoded whole and extended from the
+	// previous one (for tests and profiles).
+	tailBuilds struct{ whole, extended atomic.Int64 }
+	// memos remembers catalog answers per connection and snapshot version
+	// (see catalog).
+	memos memos
 }
 
 // series is one series of an answer. Its slices may be shared with the
@@ -74,17 +84,25 @@ type selectStats struct {
 	rawSamples int
 }
 
-// metricEntry is the cached decode of one metric in one segment: every
-// series of that metric, all sample times, in (labels) order.
+// metricEntry is the cached decode of one metric in one segment (or one
+// live row, or a live tail): every series of that metric, all sample
+// times, in (labels) order, packed (see packed.go). It is immutable once
+// built and shared by every reader.
 type metricEntry struct {
-	series []promsample.Series
-	// postings maps label name -> value -> indexes into series, built on
-	// the first question with an equality matcher; it turns "find one
-	// series among thousands" into a map lookup.
-	once     sync.Once
+	series []packedSeries
+	chunks []packedChunk
+	data   []byte // the XOR chunks' bytes
+	extras []seriesExtras
+	// postings maps label name -> value -> indexes into series; it turns
+	// "find one series among thousands" into a map lookup. Built with the
+	// entry, so readers never write to it.
 	postings map[string]map[string][]int32
+	bytes    int64 // computeSize, as accounted by the cache
 }
 
+// lookup returns the indexes of the series that every equality matcher
+// (other than __name__) can match, the smallest postings list of them; nil
+// means no such matcher (every series is a candidate).
 func (e *metricEntry) lookup(ms []*labels.Matcher) []int32 {
 	var best []int32
 	found := false
@@ -92,7 +110,6 @@ func (e *metricEntry) lookup(ms []*labels.Matcher) []int32 {
 		if m.Type != labels.MatchEqual || m.Name == labels.MetricName || m.Value == "" {
 			continue
 		}
-		e.once.Do(e.buildPostings)
 		p := e.postings[m.Name][m.Value]
 		if !found || len(p) < len(best) {
 			best, found = p, true
@@ -109,19 +126,23 @@ func (e *metricEntry) lookup(ms []*labels.Matcher) []int32 {
 
 // hasSamplesIn reports whether any series holds a float or histogram
 // sample in [mint, maxt].
-func (e *metricEntry) hasSamplesIn(mint, maxt int64) bool {
+func (e *metricEntry) hasSamplesIn(u *unpacker, mint, maxt int64) (bool, error) {
 	for i := range e.series {
-		if len(trimSamples(e.series[i].Samples, mint, maxt))+len(trimHists(e.series[i].Histograms, mint, maxt)) > 0 {
-			return true
+		s := &e.series[i]
+		if len(trimHists(e.hists(s), mint, maxt)) > 0 {
+			return true, nil
+		}
+		if ok, err := e.hasFloatsIn(u, s, mint, maxt); ok || err != nil {
+			return ok, err
 		}
 	}
-	return false
+	return false, nil
 }
 
 func (e *metricEntry) buildPostings() {
 	e.postings = map[string]map[string][]int32{}
-	for i, s := range e.series {
-		s.Labels.Range(func(l labels.Label) {
+	for i := range e.series {
+		e.series[i].lbls.Range(func(l labels.Label) {
 			m := e.postings[l.Name]
 			if m == nil {
 				m = map[string][]int32{}
@@ -132,22 +153,7 @@ func (e *metricEntry) buildPostings() {
 	}
 }
 
-func (e *metricEntry) size() int64 {
-	var n int64
-	for _, s := range e.series {
-		n += int64(s.Labels.ByteSize()) + 96 + int64(len(s.Samples))*16 + int64(len(s.Exemplars))*64
-		for _, h := range s.Histograms {
-			n += 160
-			if h.H != nil {
-				n += int64(len(h.H.PositiveBuckets)+len(h.H.NegativeBuckets)) * 8
-			}
-			if h.FH != nil {
-				n += int64(len(h.FH.PositiveBuckets)+len(h.FH.NegativeBuckets)) * 8
-			}
-		}
-	}
-	return n * 2 // postings and slack
-}
+func (e *metricEntry) size() int64 { return e.bytes }
 
 // nameConstraint is what the __name__ matchers allow: a finite set of
 // metric names, or (all) anything.
@@ -211,19 +217,38 @@ func matchesAll(ms []*labels.Matcher, ls labels.Labels) bool {
 // "stream_buckets": a source whose bucket count changed without that
 // metadata following would hide a metric's data in another stream.
 // eachStream calls fn, inside the snapshot tx, for every sample stream of
-// every source that the name constraint nc allows.
-func eachStream(tx *archive.ReadTx, nc nameConstraint, fn func(src archive.SourceInfo, stream string) error) error {
-	srcs, err := tx.Sources()
+// every source that the name constraint nc allows, with that stream's
+// sealed segments (catalog only, by seq; one catalog query per source).
+func eachStream(c *catalog, nc nameConstraint, fn func(src archive.SourceInfo, stream string, segs []archive.StreamSegment) error) error {
+	srcs, err := c.sources()
 	if err != nil {
 		return err
 	}
 	for _, src := range srcs {
-		streams, err := sampleStreams(tx, src, nc)
+		streams, err := sampleStreams(c, src, nc)
+		if err != nil {
+			return err
+		}
+		var all []archive.StreamSegment
+		switch len(streams) {
+		case 0:
+			continue
+		case 1: // a __name__ equality: one stream's catalog rows only
+			all, err = c.segments(src.ID, streams[0])
+		default:
+			all, err = c.segments(src.ID, "")
+		}
 		if err != nil {
 			return err
 		}
 		for _, st := range streams {
-			if err := fn(src, st); err != nil {
+			// all is sorted by (stream, seq): the stream's run is contiguous.
+			lo, _ := slices.BinarySearchFunc(all, st, func(m archive.StreamSegment, st string) int { return strings.Compare(m.Stream, st) })
+			hi := lo
+			for hi < len(all) && all[hi].Stream == st {
+				hi++
+			}
+			if err := fn(src, st, all[lo:hi]); err != nil {
 				return err
 			}
 		}
@@ -231,13 +256,14 @@ func eachStream(tx *archive.ReadTx, nc nameConstraint, fn func(src archive.Sourc
 	return nil
 }
 
-func sampleStreams(tx *archive.ReadTx, src archive.SourceInfo, nc nameConstraint) ([]string, error) {
+func sampleStreams(c *catalog, src archive.SourceInfo, nc nameConstraint) ([]string, error) {
 	if nc.all {
-		all, err := tx.Streams(src.ID)
+		all, err := c.streams(src.ID)
 		if err != nil {
 			return nil, err
 		}
-		return slices.DeleteFunc(all, func(s string) bool { return !strings.HasPrefix(s, promsample.SampleStreamPrefix) }), nil
+		// all may be shared with the catalog memo: filter a copy.
+		return slices.DeleteFunc(slices.Clone(all), func(s string) bool { return !strings.HasPrefix(s, promsample.SampleStreamPrefix) }), nil
 	}
 	buckets, _ := strconv.Atoi(src.Metadata["stream_buckets"])
 	want := make([]string, 0, len(nc.names))
@@ -259,11 +285,15 @@ func (s *store) selectSeries(ctx context.Context, p selectParams) ([]*series, er
 		return nil, nil
 	}
 	err := s.a.View(ctx, func(tx *archive.ReadTx) error {
-		return eachStream(tx, nc, func(src archive.SourceInfo, st string) error {
+		c, err := s.catalogFor(tx)
+		if err != nil {
+			return err
+		}
+		return eachStream(c, nc, func(src archive.SourceInfo, st string, segs []archive.StreamSegment) error {
 			if err := ctx.Err(); err != nil {
 				return err
 			}
-			if err := s.readStream(tx, src.ID, st, p, nc, acc); err != nil {
+			if err := s.readStream(c, src.ID, st, segs, p, nc, acc); err != nil {
 				return fmt.Errorf("source %d stream %s: %w", src.ID, st, err)
 			}
 			return nil
@@ -278,16 +308,25 @@ func (s *store) selectSeries(ctx context.Context, p selectParams) ([]*series, er
 	return acc.finish(p.exemplars), nil
 }
 
-func (s *store) segID(src archive.SourceID, stream string, m archive.StoredSegment) segmentID {
-	return segmentID{path: s.a.Path(), source: src, stream: stream, seq: m.Seq, rows: m.Rows,
+func (s *store) segID(src archive.SourceID, m archive.StreamSegment) segmentID {
+	return segmentID{path: s.a.Path(), source: src, stream: m.Stream, seq: m.Seq, rows: m.Rows,
 		firstTS: m.FirstTS, lastTS: m.LastTS, size: m.Size}
 }
 
-// index parses (or recalls) a segment's index from the catalog.
-func (s *store) index(id segmentID, raw []byte) (*promsample.Index, error) {
+// index parses (or recalls) a segment's index, reading it from the
+// catalog only on a miss.
+func (s *store) index(tx *archive.ReadTx, id segmentID) (*promsample.Index, error) {
 	k := cacheKey{seg: id, kind: kindIndex}
 	if v, ok := s.cache.get(k); ok {
 		return v.(*promsample.Index), nil
+	}
+	raw, ok, err := tx.SegmentIndex(id.source, id.stream, id.seq)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		// Inside one snapshot the catalog row just read cannot vanish.
+		return nil, fmt.Errorf("segment %d listed but absent", id.seq)
 	}
 	x, err := promsample.ParseIndex(raw)
 	if err != nil {
@@ -312,14 +351,10 @@ func metricInRange(x *promsample.Index, i int, mint, maxt int64) bool {
 	return len(x.RowGroups) == 0 && x.Overlaps(mint, maxt)
 }
 
-func (s *store) readStream(tx *archive.ReadTx, src archive.SourceID, stream string, p selectParams, nc nameConstraint, acc *accumulator) error {
-	metas, err := tx.SegmentMetas(src, stream)
-	if err != nil {
-		return err
-	}
+func (s *store) readStream(c *catalog, src archive.SourceID, stream string, metas []archive.StreamSegment, p selectParams, nc nameConstraint, acc *accumulator) error {
 	for _, m := range metas {
-		id := s.segID(src, stream, m)
-		x, err := s.index(id, m.Index)
+		id := s.segID(src, m)
+		x, err := s.index(c.tx, id)
 		if err != nil {
 			return err
 		}
@@ -335,29 +370,27 @@ func (s *store) readStream(tx *archive.ReadTx, src archive.SourceID, stream stri
 		if len(need) == 0 {
 			continue
 		}
-		if err := s.readSegment(tx, id, x, need, p, acc); err != nil {
+		if err := s.readSegment(c.tx, id, x, need, p, acc); err != nil {
 			return fmt.Errorf("segment %d: %w", m.Seq, err)
 		}
 	}
 	if s.cache != nil && s.cache.maxBytes > 0 {
-		tail, err := s.liveTail(tx, src, stream)
+		tail, err := s.liveTail(c, src, stream, metas)
 		if err != nil {
 			return fmt.Errorf("live tail: %w", err)
 		}
-		for _, e := range tail.rows {
-			for name, me := range e {
-				if !nc.matches(name) {
-					continue
-				}
-				if err := acc.addEntry(me, p); err != nil {
-					return err
-				}
+		for name, me := range tail.byMetric {
+			if !nc.matches(name) {
+				continue
+			}
+			if err := acc.addEntry(me, p); err != nil {
+				return err
 			}
 		}
 		return nil
 	}
 	// No cache: decode and filter the tail.
-	rows, err := tx.LiveWAL(src, stream)
+	rows, err := c.tx.LiveWAL(src, stream)
 	if err != nil {
 		return err
 	}
@@ -373,108 +406,206 @@ func (s *store) readStream(tx *archive.ReadTx, src archive.SourceID, stream stri
 	return nil
 }
 
-// tailEntry is a stream's decoded live tail.
+// tailEntry is a stream's decoded live tail: every live row merged, one
+// packed entry per metric name, as a sealed segment's would be.
 type tailEntry struct {
-	rows []map[string]*metricEntry
+	span     archive.Span
+	byMetric map[string]*metricEntry
+	bytes    int64
+}
+
+// tailKey names a stream's live tail by its live span.
+func (s *store) tailKey(src archive.SourceID, stream string, span archive.Span) cacheKey {
+	return cacheKey{seg: segmentID{path: s.a.Path(), source: src, stream: stream, seq: -2,
+		rows: span.Rows, firstTS: span.FirstTS, lastTS: span.LastTS}, kind: kindTail}
 }
 
 // liveTail returns a stream's decoded live tail. The live set is the rows
-// above the stream's sealed watermark; rows are append-only, the watermark
-// only rises, and retention removes only a prefix, so the live set's
-// (count, min ts, max ts) changes whenever the set does: a seal or an
-// eviction raises the min, an append raises the count. That fingerprint,
-// from one aggregate query, recalls the decoded tail without moving the
-// rows' bytes out of SQLite; on a miss the rows are read and each one
-// decoded (or recalled: a row's content never changes).
-func (s *store) liveTail(tx *archive.ReadTx, src archive.SourceID, stream string) (*tailEntry, error) {
-	span, err := tx.LiveSpan(src, stream)
+// above the stream's sealed watermark; rows are append-only and never
+// change (the wal's key is (source, stream, ts)), the watermark only
+// rises, and retention removes only a prefix, so the live set's (count,
+// min ts, max ts) changes whenever the set does: a seal or an eviction
+// raises the min, an append raises the count. That fingerprint, from one
+// aggregate query, recalls the decoded tail without moving the rows' bytes
+// out of SQLite.
+//
+// On a miss, when the stream's previous tail is still cached and the set
+// only grew at the top (same min ts, and exactly count difference rows
+// above the previous max ts), only those new rows are read and decoded
+// and merged into the previous tail (whose chunks are copied, not
+// re-encoded). Otherwise every live row is decoded.
+//
+// segs are the stream's segments as read in this snapshot: their greatest
+// last_ts is the sealed watermark the live predicate compares with.
+func (s *store) liveTail(c *catalog, src archive.SourceID, stream string, segs []archive.StreamSegment) (*tailEntry, error) {
+	var watermark int64
+	if len(segs) > 0 {
+		watermark = segs[0].LastTS
+		for _, m := range segs[1:] {
+			watermark = max(watermark, m.LastTS)
+		}
+	}
+	span, err := c.liveSpan(src, stream, watermark, len(segs) > 0)
 	if err != nil {
 		return nil, err
 	}
+	return s.tailFor(c.tx, src, stream, span)
+}
+
+func (s *store) tailFor(tx *archive.ReadTx, src archive.SourceID, stream string, span archive.Span) (*tailEntry, error) {
 	if span.Rows == 0 {
-		return &tailEntry{}, nil
+		return &tailEntry{span: span}, nil
 	}
-	k := cacheKey{seg: segmentID{path: s.a.Path(), source: src, stream: stream, seq: -2,
-		rows: span.Rows, firstTS: span.FirstTS, lastTS: span.LastTS}, kind: kindTail}
+	k := s.tailKey(src, stream, span)
 	if v, ok := s.cache.get(k); ok {
 		return v.(*tailEntry), nil
 	}
-	rows, err := tx.LiveWAL(src, stream)
-	if err != nil {
-		return nil, err
-	}
-	t := &tailEntry{rows: make([]map[string]*metricEntry, 0, len(rows))}
-	var size int64
-	for i := range rows {
-		e, n, err := s.liveRow(src, stream, &rows[i])
+	var base *tailEntry
+	var rows []archive.Row
+	if prev := s.previousTail(src, stream); prev != nil && prev.span.FirstTS == span.FirstTS &&
+		prev.span.LastTS < span.LastTS && prev.span.Rows < span.Rows {
+		more, err := tx.LiveWALRange(src, stream, prev.span.LastTS+1, span.LastTS)
 		if err != nil {
 			return nil, err
 		}
-		t.rows = append(t.rows, e)
-		size += n
+		if int64(len(more)) == span.Rows-prev.span.Rows {
+			base, rows = prev, more
+		}
 	}
-	s.cache.put(k, t, size)
+	if base == nil {
+		var err error
+		if rows, err = tx.LiveWAL(src, stream); err != nil {
+			return nil, err
+		}
+		s.tailBuilds.whole.Add(1)
+	} else {
+		s.tailBuilds.extended.Add(1)
+	}
+	added, err := decodeRows(rows)
+	if err != nil {
+		return nil, err
+	}
+	t := &tailEntry{span: span, byMetric: map[string]*metricEntry{}}
+	if base != nil {
+		for name, e := range base.byMetric {
+			if _, ok := added[name]; !ok {
+				t.byMetric[name] = e // untouched: shared, it is immutable
+				t.bytes += e.size()
+			}
+		}
+	}
+	for name, list := range added {
+		var old *metricEntry
+		if base != nil {
+			old = base.byMetric[name]
+		}
+		e, err := extendEntry(old, list)
+		if err != nil {
+			return nil, fmt.Errorf("live tail: %w", err)
+		}
+		t.byMetric[name] = e
+		t.bytes += e.size()
+	}
+	s.cache.put(k, t, t.bytes)
+	if prev, ok := s.rememberTail(src, stream, k); ok && prev != k {
+		// A stream's live set only moves forward: the tail it replaces
+		// will not be asked for again (a reader still holding it keeps
+		// its own reference), so it leaves the cache now rather than
+		// pushing sealed segments out under steady ingest.
+		s.cache.remove(prev)
+	}
 	return t, nil
 }
 
-// liveRow decodes (or recalls) one live wal row, grouped by metric name. A
-// committed row never changes: the wal is append-only and a row leaves it
-// only by the prune after a seal, so (source, stream, ts) plus the bytes'
-// length and hash name its content.
-func (s *store) liveRow(src archive.SourceID, stream string, r *archive.Row) (map[string]*metricEntry, int64, error) {
-	k := cacheKey{seg: segmentID{path: s.a.Path(), source: src, stream: stream, seq: -1, firstTS: r.TS,
-		size: int64(len(r.Data)), rows: int64(xxhash.Sum64(r.Data))}, kind: kindRow}
+// previousTail returns the last tail built for a stream, if the cache
+// still holds it.
+func (s *store) previousTail(src archive.SourceID, stream string) *tailEntry {
+	s.tailsMu.Lock()
+	k, ok := s.tails[streamRef{src, stream}]
+	s.tailsMu.Unlock()
+	if !ok {
+		return nil
+	}
 	if v, ok := s.cache.get(k); ok {
-		re := v.(*rowEntry)
-		return re.byMetric, re.size, nil
+		return v.(*tailEntry)
 	}
-	b, err := promsample.DecodeBatch(r.Data)
-	if err != nil {
-		return nil, 0, fmt.Errorf("row ts %d: %w", r.TS, err)
+	return nil
+}
+
+// rememberTail records k as the stream's newest tail and returns the one
+// it replaces.
+func (s *store) rememberTail(src archive.SourceID, stream string, k cacheKey) (prev cacheKey, ok bool) {
+	s.tailsMu.Lock()
+	defer s.tailsMu.Unlock()
+	if s.tails == nil {
+		s.tails = map[streamRef]cacheKey{}
 	}
-	// Canonical form per series, as the segment reader returns: one entry
-	// per label set, samples sorted by (T, bits) without exact duplicates.
+	prev, ok = s.tails[streamRef{src, stream}]
+	s.tails[streamRef{src, stream}] = k
+	return prev, ok
+}
+
+// streamRef names one stream of one source.
+type streamRef struct {
+	src    archive.SourceID
+	stream string
+}
+
+// decodeRows decodes wal rows into canonical series (one per label set,
+// floats sorted by (T, bits) without exact duplicates), grouped by metric
+// name, each group sorted by labels.
+func decodeRows(rows []archive.Row) (map[string][]promsample.Series, error) {
 	byKey := map[string]*promsample.Series{}
 	var order []string
 	var key []byte
-	for i := range b.Series {
-		sr := &b.Series[i]
-		key = sr.Labels.Bytes(key[:0])
-		if have := byKey[string(key)]; have != nil {
-			have.Samples = append(have.Samples, sr.Samples...)
-			have.Histograms = append(have.Histograms, sr.Histograms...)
-			have.Exemplars = append(have.Exemplars, sr.Exemplars...)
-			continue
+	var dec promsample.BatchDecoder
+	for i := range rows {
+		b, err := dec.Decode(rows[i].Data)
+		if err != nil {
+			return nil, fmt.Errorf("row ts %d: %w", rows[i].TS, err)
 		}
-		byKey[string(key)] = sr
-		order = append(order, string(key))
+		for j := range b.Series {
+			sr := &b.Series[j]
+			key = sr.Labels.Bytes(key[:0])
+			if have := byKey[string(key)]; have != nil {
+				have.Samples = append(have.Samples, sr.Samples...)
+				have.Histograms = append(have.Histograms, sr.Histograms...)
+				have.Exemplars = append(have.Exemplars, sr.Exemplars...)
+				continue
+			}
+			byKey[string(key)] = sr
+			order = append(order, string(key))
+		}
 	}
-	out := map[string]*metricEntry{}
-	var size int64
+	byName := map[string][]promsample.Series{}
 	for _, k := range order {
 		sr := byKey[k]
 		sr.Samples = mergeSamples([][]promsample.Sample{sr.Samples, nil})
 		sr.Histograms = mergeHists([][]promsample.Histogram{sr.Histograms, nil})
 		sr.Exemplars = mergeExemplars([][]promsample.Exemplar{sr.Exemplars, nil})
 		name := sr.Labels.Get(labels.MetricName)
-		e := out[name]
-		if e == nil {
-			e = &metricEntry{}
-			out[name] = e
-		}
-		e.series = append(e.series, *sr)
+		byName[name] = append(byName[name], *sr)
 	}
-	for _, e := range out {
-		slices.SortFunc(e.series, func(a, b promsample.Series) int { return labels.Compare(a.Labels, b.Labels) })
-		size += e.size()
+	for _, list := range byName {
+		slices.SortFunc(list, func(a, b promsample.Series) int { return labels.Compare(a.Labels, b.Labels) })
 	}
-	s.cache.put(k, &rowEntry{byMetric: out, size: size}, size)
-	return out, size, nil
+	return byName, nil
 }
 
-type rowEntry struct {
-	byMetric map[string]*metricEntry
-	size     int64
+// packMetrics packs each metric's series (sorted by labels).
+func packMetrics(byName map[string][]promsample.Series) (map[string]*metricEntry, int64, error) {
+	out := make(map[string]*metricEntry, len(byName))
+	var size int64
+	for name, list := range byName {
+		slices.SortFunc(list, func(a, b promsample.Series) int { return labels.Compare(a.Labels, b.Labels) })
+		e, err := newMetricEntry(list)
+		if err != nil {
+			return nil, 0, err
+		}
+		out[name] = e
+		size += e.size()
+	}
+	return out, size, nil
 }
 
 // readSegment adds the series of need (metric names) that match p from one
@@ -567,19 +698,22 @@ func (s *store) decodeMetrics(tx *archive.ReadTx, id segmentID, x *promsample.In
 	if err != nil {
 		return nil, err
 	}
-	out := make(map[string]*metricEntry, len(names))
+	byName := make(map[string][]promsample.Series, len(names))
 	for _, n := range names {
-		out[n] = &metricEntry{}
+		byName[n] = nil
 	}
 	for _, sr := range got {
-		e := out[sr.Labels.Get(labels.MetricName)]
-		if e == nil {
+		n := sr.Labels.Get(labels.MetricName)
+		if _, ok := byName[n]; !ok {
 			continue // a name the index did not list: not asked for
 		}
-		e.series = append(e.series, sr)
+		byName[n] = append(byName[n], sr)
+	}
+	out, _, err := packMetrics(byName)
+	if err != nil {
+		return nil, fmt.Errorf("segment %d: %w", id.seq, err)
 	}
 	for n, e := range out {
-		slices.SortFunc(e.series, func(a, b promsample.Series) int { return labels.Compare(a.Labels, b.Labels) })
 		s.cache.put(cacheKey{seg: id, kind: kindMetric, metric: n}, e, e.size())
 	}
 	return out, nil
@@ -591,7 +725,18 @@ type accumulator struct {
 	key    []byte
 	budget *budget
 	raw    int // floats and histograms added, before de-duplication
+	u      unpacker
+	// slab is where packed floats are decoded to: one allocation for many
+	// series. Its used part is handed out (capped) and never written
+	// again; next is the size of the next slab, doubling up to maxSlab.
+	slab []promsample.Sample
+	next int
 }
+
+const (
+	minSlab = 1 << 10
+	maxSlab = 1 << 16
+)
 
 type pieces struct {
 	any    bool // labelsOnly: the series has data in range
@@ -602,32 +747,74 @@ type pieces struct {
 }
 
 func newAccumulator(b *budget) *accumulator {
-	return &accumulator{byKey: map[string]*pieces{}, budget: b}
+	return &accumulator{byKey: map[string]*pieces{}, budget: b, next: minSlab}
 }
 
-// addEntry adds the series of a cached metric entry that match p.
+// addEntry adds the series of a cached metric entry that match p. With an
+// equality matcher on a label other than __name__, only that label's
+// postings are visited, never every series of the metric.
 func (a *accumulator) addEntry(e *metricEntry, p selectParams) error {
 	if idx := e.lookup(p.matchers); idx != nil {
 		for _, k := range idx {
-			if err := a.addIfMatch(&e.series[k], p); err != nil {
+			if err := a.addIfMatch(e, &e.series[k], p); err != nil {
 				return err
 			}
 		}
 		return nil
 	}
 	for k := range e.series {
-		if err := a.addIfMatch(&e.series[k], p); err != nil {
+		if err := a.addIfMatch(e, &e.series[k], p); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func (a *accumulator) addIfMatch(sr *promsample.Series, p selectParams) error {
-	if !matchesAll(p.matchers, sr.Labels) {
+func (a *accumulator) addIfMatch(e *metricEntry, sr *packedSeries, p selectParams) error {
+	if !matchesAll(p.matchers, sr.lbls) {
 		return nil
 	}
-	return a.add(sr, p, true)
+	return a.addPacked(e, sr, p)
+}
+
+// addPacked takes the part of a packed series in [p.mint, p.maxt].
+func (a *accumulator) addPacked(e *metricEntry, sr *packedSeries, p selectParams) error {
+	hs := trimHists(e.hists(sr), p.mint, p.maxt)
+	var ex []promsample.Exemplar
+	if p.exemplars {
+		ex = trimExemplars(e.exemplars(sr), p.mint, p.maxt)
+	}
+	if p.labelsOnly {
+		if len(hs)+len(ex) == 0 {
+			ok, err := e.hasFloatsIn(&a.u, sr, p.mint, p.maxt)
+			if err != nil || !ok {
+				return err
+			}
+		}
+		return a.addParts(sr.lbls, nil, hs, ex, true, p)
+	}
+	var fl []promsample.Sample
+	if n := e.countIn(sr, p.mint, p.maxt); n > 0 {
+		buf := a.alloc(n)
+		var err error
+		if fl, err = a.u.floats(e, sr, p.mint, p.maxt, buf); err != nil {
+			return err
+		}
+		fl = fl[:len(fl):len(fl)]
+		if len(fl) <= n {
+			a.slab = a.slab[:len(a.slab)+len(fl)]
+		}
+	}
+	return a.addParts(sr.lbls, fl, hs, ex, false, p)
+}
+
+// alloc returns an empty slice with room for n samples in the slab.
+func (a *accumulator) alloc(n int) []promsample.Sample {
+	if cap(a.slab)-len(a.slab) < n {
+		a.slab = make([]promsample.Sample, 0, max(n, a.next))
+		a.next = min(2*a.next, maxSlab)
+	}
+	return a.slab[len(a.slab) : len(a.slab) : len(a.slab)+n]
 }
 
 // add takes the part of sr in [p.mint, p.maxt]; trim is false when sr is
@@ -642,24 +829,33 @@ func (a *accumulator) add(sr *promsample.Series, p selectParams, trim bool) erro
 	if !p.exemplars {
 		ex = nil
 	}
-	if len(fl)+len(hs)+len(ex) == 0 {
+	return a.addParts(sr.Labels, fl, hs, ex, len(fl) > 0, p)
+}
+
+// addParts records one piece of a series; hasFloats says the series has a
+// float in range even when fl is not given (labelsOnly).
+func (a *accumulator) addParts(lbls labels.Labels, fl []promsample.Sample, hs []promsample.Histogram, ex []promsample.Exemplar, hasFloats bool, p selectParams) error {
+	if !hasFloats && len(fl)+len(hs)+len(ex) == 0 {
 		return nil
 	}
 	if p.labelsOnly {
-		a.key = sr.Labels.Bytes(a.key[:0])
+		a.key = lbls.Bytes(a.key[:0])
 		if a.byKey[string(a.key)] == nil {
-			a.byKey[string(a.key)] = &pieces{lbls: sr.Labels, any: true}
+			a.byKey[string(a.key)] = &pieces{lbls: lbls, any: true}
 		}
+		return nil
+	}
+	if len(fl)+len(hs)+len(ex) == 0 {
 		return nil
 	}
 	if err := a.budget.take(len(fl) + len(hs)); err != nil {
 		return err
 	}
 	a.raw += len(fl) + len(hs)
-	a.key = sr.Labels.Bytes(a.key[:0])
+	a.key = lbls.Bytes(a.key[:0])
 	pc := a.byKey[string(a.key)]
 	if pc == nil {
-		pc = &pieces{lbls: sr.Labels}
+		pc = &pieces{lbls: lbls}
 		a.byKey[string(a.key)] = pc
 	}
 	if len(fl) > 0 {
@@ -739,12 +935,21 @@ func mergeSamples(ps [][]promsample.Sample) []promsample.Sample {
 		return ps[0]
 	}
 	n := 0
-	for _, p := range ps {
+	disjoint := true // every piece starts after the one before ends
+	for i, p := range ps {
 		n += len(p)
+		if i > 0 && len(p) > 0 && len(ps[i-1]) > 0 && p[0].T <= ps[i-1][len(ps[i-1])-1].T {
+			disjoint = false
+		}
 	}
 	out := make([]promsample.Sample, 0, n)
 	for _, p := range ps {
 		out = append(out, p...)
+	}
+	if disjoint && !slices.ContainsFunc(ps, func(p []promsample.Sample) bool { return len(p) == 0 }) {
+		// Canonical pieces in time order with no shared timestamp: their
+		// concatenation is canonical.
+		return out
 	}
 	if !slices.IsSortedFunc(out, compareSample) {
 		slices.SortFunc(out, compareSample)

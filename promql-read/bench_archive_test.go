@@ -1,0 +1,203 @@
+package promread
+
+import (
+	"context"
+	"io"
+	"math/rand"
+	"net/http/httptest"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/golang/snappy"
+	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/prompb"
+
+	"github.com/dendro-receiver/dendro-receiver/archive"
+)
+
+// The benchmarks below run over a real archive named by
+// DENDRO_BENCH_ARCHIVE, e.g. the one `rwload write --series 10000
+// --samples 1440 --step-ms 5000` leaves behind (issue 5's data set: 8
+// streams, sealed segments and a live tail as the receiver left them).
+// They skip without it. They ask what rwload readbench asks, over loopback
+// HTTP in SAMPLES mode: one series by __name__ and two more labels (or
+// every label when it has fewer) over a random 15-minute window, and every
+// series of one metric over a random 15-minute window; both with the
+// default 64 MiB cache of cmd/dendro-receiver, warmed by one pass first.
+
+type archiveBench struct {
+	a          *archive.Archive
+	series     []labels.Labels
+	names      []string
+	mint, maxt int64
+}
+
+var (
+	archiveBenchOnce sync.Once
+	archiveBenchFix  *archiveBench
+)
+
+func openBenchArchive(b *testing.B) *archiveBench {
+	path := os.Getenv("DENDRO_BENCH_ARCHIVE")
+	if path == "" {
+		b.Skip("DENDRO_BENCH_ARCHIVE is not set")
+	}
+	archiveBenchOnce.Do(func() { archiveBenchFix = loadBenchArchive(b, path) })
+	if archiveBenchFix == nil {
+		b.Fatal("the benchmark archive did not load")
+	}
+	return archiveBenchFix
+}
+
+// loadBenchArchive opens the archive for the process and lists its series.
+func loadBenchArchive(b *testing.B, path string) *archiveBench {
+	a, err := archive.Open(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	q, err := NewQueryable(a, Options{CacheBytes: -1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ab := &archiveBench{a: a}
+	got, err := q.s.selectSeries(context.Background(), selectParams{mint: -1 << 62, maxt: 1 << 62, labelsOnly: true,
+		matchers: []*labels.Matcher{labels.MustNewMatcher(labels.MatchRegexp, labels.MetricName, ".+")}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, sr := range got {
+		ab.series = append(ab.series, sr.lbls)
+		if n := sr.lbls.Get(labels.MetricName); !seen[n] {
+			seen[n] = true
+			ab.names = append(ab.names, n)
+		}
+	}
+	// The time span, from one series read whole.
+	one, err := q.s.selectSeries(context.Background(), selectParams{mint: -1 << 62, maxt: 1 << 62, matchers: equalities(ab.series[0])})
+	if err != nil || len(one) != 1 || len(one[0].floats) == 0 {
+		b.Fatalf("series 0: %v", err)
+	}
+	ab.mint, ab.maxt = one[0].floats[0].T, one[0].floats[len(one[0].floats)-1].T
+	return ab
+}
+
+// equalities picks __name__, instance and id as equality matchers (what
+// readbench asks), or every label of a series that lacks those two.
+func equalities(ls labels.Labels) []*labels.Matcher {
+	ms := []*labels.Matcher{labels.MustNewMatcher(labels.MatchEqual, labels.MetricName, ls.Get(labels.MetricName))}
+	if ls.Has("instance") && ls.Has("id") {
+		return append(ms, labels.MustNewMatcher(labels.MatchEqual, "instance", ls.Get("instance")),
+			labels.MustNewMatcher(labels.MatchEqual, "id", ls.Get("id")))
+	}
+	ls.Range(func(l labels.Label) {
+		if l.Name != labels.MetricName {
+			ms = append(ms, labels.MustNewMatcher(labels.MatchEqual, l.Name, l.Value))
+		}
+	})
+	return ms
+}
+
+func (ab *archiveBench) window(rng *rand.Rand) (int64, int64) {
+	const span = 15 * 60_000
+	start := ab.mint + rng.Int63n(max(1, ab.maxt-ab.mint-span))
+	return start, start + span
+}
+
+// samplesRead posts a SAMPLES read and counts the samples of the answer.
+func samplesRead(b *testing.B, url string, req *prompb.ReadRequest) int {
+	resp := postRead(b, url, req)
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != 200 {
+		b.Fatalf("status %d: %v %s", resp.StatusCode, err, body)
+	}
+	raw, err := snappy.Decode(nil, body)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var rr prompb.ReadResponse
+	if err := rr.Unmarshal(raw); err != nil {
+		b.Fatal(err)
+	}
+	n := 0
+	for _, r := range rr.Results {
+		for _, ts := range r.Timeseries {
+			n += len(ts.Samples)
+		}
+	}
+	return n
+}
+
+func BenchmarkArchiveOneSeries15m(b *testing.B) {
+	ab := openBenchArchive(b)
+	api, err := NewAPI(ab.a, Options{CacheBytes: 64 << 20})
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := httptest.NewServer(api.Handler())
+	defer srv.Close()
+	rng := rand.New(rand.NewSource(1))
+	ask := func() int {
+		mint, maxt := ab.window(rng)
+		ms := equalities(ab.series[rng.Intn(len(ab.series))])
+		return samplesRead(b, srv.URL, &prompb.ReadRequest{Queries: []*prompb.Query{{StartTimestampMs: mint, EndTimestampMs: maxt, Matchers: pbMatchers(ms...)}}})
+	}
+	for range 200 {
+		ask() // warm the cache as readbench's earlier queries would
+	}
+	var lat []time.Duration
+	misses := api.q.CacheStats().Misses
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		t0 := time.Now()
+		if ask() == 0 {
+			b.Fatal("empty answer")
+		}
+		lat = append(lat, time.Since(t0))
+	}
+	b.ReportMetric(float64(percentile(lat, 0.5).Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(percentile(lat, 0.99).Microseconds())/1000, "p99-ms")
+	st := api.q.CacheStats()
+	b.ReportMetric(float64(st.Bytes)/(1<<20), "cache-MiB")
+	b.ReportMetric(float64(st.Misses-misses)/float64(b.N), "misses/op")
+}
+
+func BenchmarkArchiveWholeMetric15m(b *testing.B) {
+	ab := openBenchArchive(b)
+	api, err := NewAPI(ab.a, Options{CacheBytes: 64 << 20})
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := httptest.NewServer(api.Handler())
+	defer srv.Close()
+	rng := rand.New(rand.NewSource(1))
+	ask := func() int {
+		mint, maxt := ab.window(rng)
+		name := ab.names[rng.Intn(len(ab.names))]
+		return samplesRead(b, srv.URL, &prompb.ReadRequest{Queries: []*prompb.Query{{StartTimestampMs: mint, EndTimestampMs: maxt,
+			Matchers: pbMatchers(labels.MustNewMatcher(labels.MatchEqual, labels.MetricName, name))}}})
+	}
+	for _, name := range ab.names { // warm: every metric over all time
+		samplesRead(b, srv.URL, &prompb.ReadRequest{Queries: []*prompb.Query{{StartTimestampMs: ab.mint, EndTimestampMs: ab.maxt,
+			Matchers: pbMatchers(labels.MustNewMatcher(labels.MatchEqual, labels.MetricName, name))}}})
+	}
+	var samples int
+	var total time.Duration
+	misses := api.q.CacheStats().Misses
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		t0 := time.Now()
+		samples += ask()
+		total += time.Since(t0)
+	}
+	b.ReportMetric(float64(samples)/total.Seconds(), "samples/s")
+	b.ReportMetric(float64(total.Microseconds())/1000/float64(b.N), "ms/op")
+	st := api.q.CacheStats()
+	b.ReportMetric(float64(st.Bytes)/(1<<20), "cache-MiB")
+	b.ReportMetric(float64(st.Misses-misses)/float64(b.N), "misses/op")
+}
