@@ -148,13 +148,11 @@ func (e *Encoder) Encode(stream string, rows []archive.Row) (*archive.Segment, e
 		return nil, nil
 	}
 	c := newCollector()
-	var d BatchDecoder
+	rc := newRowCollector(c)
 	for i := range rows {
-		b, err := d.Decode(rows[i].Data)
-		if err != nil {
+		if err := rc.add(rows[i].Data); err != nil {
 			return nil, fmt.Errorf("stream %q row ts %d: %w", stream, rows[i].TS, err)
 		}
-		c.add(&b)
 	}
 	series, meta := c.finish()
 	data, idx, err := e.write(series, meta)

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/klauspost/compress/s2"
 	"github.com/prometheus/prometheus/model/histogram"
@@ -243,27 +244,183 @@ func DecodeBatch(row []byte) (Batch, error) {
 
 // Decode is DecodeBatch with buffer reuse.
 func (d *BatchDecoder) Decode(row []byte) (Batch, error) {
+	raw, err := decompressRow(&d.raw, row)
+	if err != nil {
+		return Batch{}, err
+	}
+	return d.decodeBody(raw)
+}
+
+// decompressRow checks a row's header and decompresses its body into *buf
+// (grown as needed).
+func decompressRow(buf *[]byte, row []byte) ([]byte, error) {
 	if len(row) == 0 {
-		return Batch{}, corruptRow("empty row", nil)
+		return nil, corruptRow("empty row", nil)
 	}
 	if row[0] != rowFormatV1 {
-		return Batch{}, fmt.Errorf("%w: row format %d", ErrUnsupportedVersion, row[0])
+		return nil, fmt.Errorf("%w: row format %d", ErrUnsupportedVersion, row[0])
 	}
 	n, err := s2.DecodedLen(row[1:])
 	if err != nil {
-		return Batch{}, corruptRow("compressed header", err)
+		return nil, corruptRow("compressed header", err)
 	}
 	if n > MaxBatchBytes {
-		return Batch{}, fmt.Errorf("%w: row claims %d bytes uncompressed (max %d)", ErrTooLarge, n, MaxBatchBytes)
+		return nil, fmt.Errorf("%w: row claims %d bytes uncompressed (max %d)", ErrTooLarge, n, MaxBatchBytes)
 	}
-	if cap(d.raw) < n {
-		d.raw = make([]byte, n)
+	if cap(*buf) < n {
+		*buf = make([]byte, n)
 	}
-	raw, err := s2.Decode(d.raw[:n], row[1:])
+	raw, err := s2.Decode((*buf)[:n], row[1:])
 	if err != nil {
-		return Batch{}, corruptRow("decompress", err)
+		return nil, corruptRow("decompress", err)
 	}
-	return d.decodeBody(raw)
+	return raw, nil
+}
+
+// rowCollector decodes the rows of one segment straight into a collector.
+// It reads exactly what decodeBody reads (same checks, same errors) but
+// resolves a series' labels through string ids shared by all the rows: a
+// series already seen in an earlier row (the steady state: the same series
+// every request) costs one map lookup, not a string per label, a
+// labels.Labels and its byte key. Not safe for concurrent use.
+type rowCollector struct {
+	c      *collector
+	raw    []byte
+	strID  map[string]uint32      // interned string -> id
+	strs   []string               // id -> string
+	local  []uint32               // this row's string table -> ids
+	series map[string]*seriesData // uvarint ids of a series' labels -> series
+	key    []byte
+	sb     labels.ScratchBuilder
+}
+
+func newRowCollector(c *collector) *rowCollector {
+	return &rowCollector{c: c, strID: map[string]uint32{}, series: map[string]*seriesData{}}
+}
+
+// add decodes one row into the collector. On error the collector may hold
+// part of the row; the caller discards it.
+func (rc *rowCollector) add(row []byte) error {
+	raw, err := decompressRow(&rc.raw, row)
+	if err != nil {
+		return err
+	}
+	r := reader{b: raw}
+	ns := r.count(1)
+	rc.local = rc.local[:0]
+	for i := 0; i < ns && r.err == nil; i++ {
+		l := r.count(1)
+		b := r.bytes(l)
+		id, ok := rc.strID[string(b)] // no allocation for the lookup
+		if !ok && r.err == nil {
+			id = uint32(len(rc.strs))
+			s := string(b)
+			rc.strs = append(rc.strs, s)
+			rc.strID[s] = id
+		}
+		rc.local = append(rc.local, id)
+	}
+	ref := func() (uint32, bool) {
+		id := r.uvarint()
+		if r.err != nil {
+			return 0, false
+		}
+		if id >= uint64(len(rc.local)) {
+			r.fail("string reference out of range")
+			return 0, false
+		}
+		return rc.local[id], true
+	}
+	str := func() string {
+		if id, ok := ref(); ok {
+			return rc.strs[id]
+		}
+		return ""
+	}
+	readLabels := func() labels.Labels {
+		n := r.count(2)
+		rc.sb.Reset()
+		for i := 0; i < n && r.err == nil; i++ {
+			name := str()
+			rc.sb.Add(name, str())
+		}
+		rc.sb.Sort()
+		return rc.sb.Labels()
+	}
+	// seriesOf reads a series' labels as ids and finds (or makes) its entry.
+	seriesOf := func() *seriesData {
+		n := r.count(2)
+		rc.key = rc.key[:0]
+		for i := 0; i < 2*n && r.err == nil; i++ {
+			id, _ := ref()
+			rc.key = binary.AppendUvarint(rc.key, uint64(id))
+		}
+		if r.err != nil {
+			return nil
+		}
+		if sd, ok := rc.series[string(rc.key)]; ok {
+			return sd
+		}
+		rc.sb.Reset()
+		for k := rc.key; len(k) > 0; {
+			name, m := binary.Uvarint(k)
+			value, m2 := binary.Uvarint(k[m:])
+			k = k[m+m2:]
+			rc.sb.Add(rc.strs[name], rc.strs[value])
+		}
+		rc.sb.Sort()
+		ls := rc.sb.Labels()
+		// Another id sequence may spell the same label set (another label
+		// order): the collector's own key decides.
+		rc.c.key = ls.Bytes(rc.c.key[:0])
+		sd := rc.c.byKey[string(rc.c.key)]
+		if sd == nil {
+			sd = &seriesData{lbls: ls, name: ls.Get(labels.MetricName)}
+			rc.c.byKey[string(rc.c.key)] = sd
+		}
+		rc.series[string(rc.key)] = sd
+		return sd
+	}
+	nser := r.count(4)
+	var prevT int64
+	for i := 0; i < nser && r.err == nil; i++ {
+		sd := seriesOf()
+		if r.err != nil {
+			break
+		}
+		if n := r.count(2); n > 0 {
+			sd.samples = slices.Grow(sd.samples, n)
+			for range n {
+				prevT += r.varint()
+				sd.samples = append(sd.samples, Sample{T: prevT, V: r.value()})
+			}
+		}
+		if n := r.count(16); n > 0 {
+			for range n {
+				prevT += r.varint()
+				sd.hists = append(sd.hists, r.histogram(prevT))
+			}
+		}
+		if n := r.count(10); n > 0 {
+			for range n {
+				ls := readLabels()
+				t := r.varint()
+				sd.exemplars = append(sd.exemplars, Exemplar{Labels: ls, T: t, V: math.Float64frombits(r.u64())})
+			}
+		}
+	}
+	if n := r.count(4); n > 0 {
+		for range n {
+			m := Metadata{MetricFamily: str(), Type: MetricType(str()), Help: str(), Unit: str()}
+			if r.err == nil {
+				rc.c.meta[m] = struct{}{}
+			}
+		}
+	}
+	if r.err == nil && len(r.b) != 0 {
+		r.fail(fmt.Sprintf("%d trailing bytes", len(r.b)))
+	}
+	return r.err
 }
 
 func (d *BatchDecoder) decodeBody(raw []byte) (Batch, error) {
