@@ -52,6 +52,7 @@ type BatchEncoder struct {
 	tab  []byte // string table
 	body []byte // references and values
 	raw  []byte // table + body
+	comp []byte // compressed raw
 }
 
 // EncodeBatch encodes b as one self-contained, compressed wal row.
@@ -128,17 +129,27 @@ func (e *BatchEncoder) Append(dst []byte, b *Batch) ([]byte, error) {
 	if len(e.raw) > MaxBatchBytes {
 		return dst, fmt.Errorf("%w: %d bytes uncompressed (max %d)", ErrTooLarge, len(e.raw), MaxBatchBytes)
 	}
-	dst = append(dst, rowFormatV1)
-	n := len(dst)
+	// Compress into the encoder's scratch, then append only what the block
+	// takes: sizing dst for the worst case allocated about the row's
+	// uncompressed size per row, ~10x what it keeps.
 	need := s2.MaxEncodedLen(len(e.raw))
-	if cap(dst)-n < need {
-		grown := make([]byte, n, n+need)
-		copy(grown, dst)
-		dst = grown
+	if cap(e.comp) < need {
+		e.comp = make([]byte, need)
 	}
-	enc := s2.EncodeBetter(dst[n:n+need], e.raw)
-	return dst[:n+len(enc)], nil
+	enc := s2.EncodeBetter(e.comp[:need], e.raw)
+	if dst == nil {
+		dst = make([]byte, 0, 1+len(enc))
+	}
+	dst = append(dst, rowFormatV1)
+	dst = append(dst, enc...)
+	if cap(e.comp) > maxKeptScratch {
+		e.comp = nil // one huge request must not pin its buffer
+	}
+	return dst, nil
 }
+
+// maxKeptScratch bounds the compression buffer an encoder keeps.
+const maxKeptScratch = 4 << 20
 
 // isIntegral reports whether v is stored on the integer path: an integer of
 // magnitude at most 2^53 and not -0, so float64(int64(v)) has v's exact bits.
