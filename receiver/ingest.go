@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"sort"
 	"strconv"
 	"sync"
@@ -85,7 +86,27 @@ type Ingester struct {
 	buckets  map[archive.SourceID]int
 	accounts map[streamKey]*archive.SegmentAccount
 
-	encoders sync.Pool // *rowScratch
+	// scratch is a bounded free list, not a sync.Pool: a rowScratch's
+	// encoder carries a label cache that should survive garbage
+	// collections. Capacity bounds the caches' memory.
+	scratch chan *rowScratch
+}
+
+func (in *Ingester) getScratch() *rowScratch {
+	select {
+	case sc := <-in.scratch:
+		return sc
+	default:
+		return new(rowScratch)
+	}
+}
+
+func (in *Ingester) putScratch(sc *rowScratch) {
+	sc.release()
+	select {
+	case in.scratch <- sc:
+	default: // list full: drop it, cache and all
+	}
 }
 
 // rowScratch is what encoding one request's rows reuses: the row encoder
@@ -201,7 +222,7 @@ func NewIngester(ctx context.Context, opts IngestOptions) (*Ingester, error) {
 	in := &Ingester{opts: opts, enc: &promsample.Encoder{}, log: opts.Logger,
 		sources: map[string]archive.SourceID{}, buckets: map[archive.SourceID]int{},
 		accounts: map[streamKey]*archive.SegmentAccount{}}
-	in.encoders.New = func() any { return new(rowScratch) }
+	in.scratch = make(chan *rowScratch, max(4, runtime.GOMAXPROCS(0)))
 
 	type resumable struct {
 		id      archive.SourceID
@@ -294,19 +315,17 @@ func (in *Ingester) Write(ctx context.Context, name string, series []promsample.
 	in.mu.Lock()
 	buckets := in.buckets[id]
 	in.mu.Unlock()
-	sc := in.encoders.Get().(*rowScratch)
+	sc := in.getScratch()
 	parts := sc.split(series, meta, buckets)
 	rows := make([]archive.Row, 0, len(parts))
 	for _, p := range parts {
 		var err error
 		if rows, err = appendRows(&sc.enc, rows, p.Stream, &p.Batch); err != nil {
-			sc.release()
-			in.encoders.Put(sc)
+			in.putScratch(sc)
 			return Counts{}, fmt.Errorf("%w: %w", ErrRejected, err)
 		}
 	}
-	sc.release()
-	in.encoders.Put(sc)
+	in.putScratch(sc)
 	if len(rows) == 0 {
 		return Counts{}, nil
 	}

@@ -48,11 +48,102 @@ const maxInt53 = 1 << 53
 // BatchEncoder encodes Batches into rows, reusing its buffers between calls.
 // The zero value is ready to use; it is not safe for concurrent use.
 type BatchEncoder struct {
-	strs map[string]uint64
 	tab  []byte // string table
 	body []byte // references and values
 	raw  []byte // table + body
 	comp []byte // compressed raw
+
+	// Kept across calls, so that a series seen in an earlier batch (the
+	// steady state: the same series every request) costs one hash and
+	// array lookups instead of a map lookup per label string. Every string
+	// gets a global id; a row's string table is built from them in order
+	// of first use, exactly as before. Bounded: reset when full.
+	gid      map[string]uint32 // string -> global id
+	gstr     []string          // global id -> string
+	gbytes   int               // bytes of gstr
+	sets     map[uint64]labelSet
+	arena    []uint32 // global ids of the cached label sets (name, value...)
+	local    []uint32 // global id -> this row's id, valid when localGen matches
+	localGen []uint32
+	gen      uint32 // the current row
+	nstr     uint64 // strings in this row's table
+}
+
+// labelSet is a cached label set: its labels (the key, compared on a hash
+// hit) and the global ids of its names and values in arena.
+type labelSet struct {
+	ls     labels.Labels
+	off, n int32
+}
+
+// Bounds of a BatchEncoder's cross-call cache (~10 MB at most).
+const (
+	maxEncoderStrings   = 1 << 18
+	maxEncoderStrBytes  = 4 << 20
+	maxEncoderLabelSets = 1 << 16
+)
+
+// resetCache empties the cross-call cache when it is full (or unset).
+func (e *BatchEncoder) resetCache() {
+	if e.gid != nil && len(e.gstr) < maxEncoderStrings && e.gbytes < maxEncoderStrBytes && len(e.sets) < maxEncoderLabelSets {
+		return
+	}
+	e.gid, e.gstr, e.gbytes = make(map[string]uint32), e.gstr[:0], 0
+	e.sets, e.arena = make(map[uint64]labelSet), e.arena[:0]
+	e.local, e.localGen = nil, nil
+}
+
+// intern returns s's global id.
+func (e *BatchEncoder) intern(s string) uint32 {
+	g, ok := e.gid[s]
+	if !ok {
+		g = uint32(len(e.gstr))
+		e.gid[s] = g
+		e.gstr = append(e.gstr, s)
+		e.gbytes += len(s)
+	}
+	return g
+}
+
+// ref appends the row's reference to global string g, adding the string
+// to the row's table on its first use in the row.
+func (e *BatchEncoder) ref(g uint32) {
+	if int(g) >= len(e.local) {
+		n := max(len(e.gstr), int(g)+1)
+		e.local = append(e.local, make([]uint32, n-len(e.local))...)
+		e.localGen = append(e.localGen, make([]uint32, n-len(e.localGen))...)
+	}
+	if e.localGen[g] != e.gen {
+		e.localGen[g] = e.gen
+		e.local[g] = uint32(e.nstr)
+		e.nstr++
+		s := e.gstr[g]
+		e.tab = binary.AppendUvarint(e.tab, uint64(len(s)))
+		e.tab = append(e.tab, s...)
+	}
+	e.body = binary.AppendUvarint(e.body, uint64(e.local[g]))
+}
+
+// seriesLabels appends a series' labels: from the cache when the set was
+// seen before.
+func (e *BatchEncoder) seriesLabels(ls labels.Labels) {
+	h := ls.Hash()
+	set, ok := e.sets[h]
+	if !ok || !labels.Equal(set.ls, ls) {
+		off := len(e.arena)
+		ls.Range(func(l labels.Label) {
+			e.arena = append(e.arena, e.intern(l.Name), e.intern(l.Value))
+		})
+		set = labelSet{ls: ls, off: int32(off), n: int32(len(e.arena) - off)}
+		if !ok { // a colliding set stays uncached
+			e.sets[h] = set
+		}
+	}
+	ids := e.arena[set.off : set.off+set.n]
+	e.body = binary.AppendUvarint(e.body, uint64(len(ids)/2))
+	for _, g := range ids {
+		e.ref(g)
+	}
 }
 
 // EncodeBatch encodes b as one self-contained, compressed wal row.
@@ -64,24 +155,16 @@ func EncodeBatch(b *Batch) ([]byte, error) {
 // Append appends the row encoding of b to dst and returns the extended
 // slice. The result does not alias the encoder's buffers beyond dst.
 func (e *BatchEncoder) Append(dst []byte, b *Batch) ([]byte, error) {
-	if e.strs == nil {
-		e.strs = make(map[string]uint64)
+	e.resetCache()
+	e.gen++
+	if e.gen == 0 { // wrapped: no stale entry may match
+		clear(e.localGen)
+		e.gen = 1
 	}
-	clear(e.strs)
 	e.tab = e.tab[:0]
-	nstr := uint64(0)
-	ref := func(s string) {
-		id, ok := e.strs[s]
-		if !ok {
-			id = nstr
-			nstr++
-			e.strs[s] = id
-			e.tab = binary.AppendUvarint(e.tab, uint64(len(s)))
-			e.tab = append(e.tab, s...)
-		}
-		e.body = binary.AppendUvarint(e.body, id)
-	}
-	appendLabels := func(ls labels.Labels) {
+	e.nstr = 0
+	ref := func(s string) { e.ref(e.intern(s)) }
+	appendLabels := func(ls labels.Labels) { // exemplars: unique sets, not cached
 		e.body = binary.AppendUvarint(e.body, uint64(ls.Len()))
 		ls.Range(func(l labels.Label) {
 			ref(l.Name)
@@ -93,7 +176,7 @@ func (e *BatchEncoder) Append(dst []byte, b *Batch) ([]byte, error) {
 	var prevT int64
 	for i := range b.Series {
 		s := &b.Series[i]
-		appendLabels(s.Labels)
+		e.seriesLabels(s.Labels)
 		e.body = binary.AppendUvarint(e.body, uint64(len(s.Samples)))
 		for _, smp := range s.Samples {
 			e.body = binary.AppendVarint(e.body, smp.T-prevT)
@@ -123,7 +206,7 @@ func (e *BatchEncoder) Append(dst []byte, b *Batch) ([]byte, error) {
 		ref(m.Help)
 		ref(m.Unit)
 	}
-	e.raw = binary.AppendUvarint(e.raw[:0], nstr)
+	e.raw = binary.AppendUvarint(e.raw[:0], e.nstr)
 	e.raw = append(e.raw, e.tab...)
 	e.raw = append(e.raw, e.body...)
 	if len(e.raw) > MaxBatchBytes {

@@ -61,3 +61,29 @@ func TestRowCollectorRefusesWhatDecodeBatchRefuses(t *testing.T) {
 		}
 	}
 }
+
+// An encoder reused across batches (its cross-call label cache warm) must
+// write the same bytes as a fresh one, batch after batch.
+func TestBatchEncoderReuseWritesWhatAFreshOneWrites(t *testing.T) {
+	var reused BatchEncoder
+	r := rand.New(rand.NewPCG(3, 9))
+	batches := randBatches(r, 200)
+	for round := 0; round < 2; round++ { // the second round hits the cache
+		for i := range batches {
+			want, err := EncodeBatch(&batches[i])
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := reused.Append(nil, &batches[i])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Fatalf("round %d batch %d: the reused encoder wrote other bytes", round, i)
+			}
+		}
+	}
+	if len(reused.sets) == 0 {
+		t.Fatal("the label set cache stayed empty")
+	}
+}
