@@ -38,10 +38,17 @@ package archive
 //     (AppendWait with stamp) take their ts from the writer itself, strictly
 //     increasing per stream, so no row can be on its way below a watermark.
 //
-// Shutdown order (Close): the loop stops taking messages, reclaims free pages
-// (up to 2 s) if every source it opened was finalized, closes the connection
-// (SQLite then folds the sidecar into the file and removes -wal and -shm if
-// no one else has the file open) and finally releases the advisory lock.
+// The one exception to "everything on the writer goroutine" is a seal's
+// encode: the writer hands a snapshot of the rows to one encoder goroutine,
+// which returns a segment as a value; the writer alone commits it, after
+// checking that nothing it relied on changed (see startSeal). The encoder
+// goroutine touches no connection and no writer state.
+//
+// Shutdown order (Close): the loop stops taking messages, finishes a seal
+// in flight, reclaims free pages (up to 2 s) if every source it opened was
+// finalized, closes the connection (SQLite then folds the sidecar into the
+// file and removes -wal and -shm if no one else has the file open) and
+// finally releases the advisory lock.
 //
 // Failure policy: retryable SQLite codes are retried 10/50/250 ms; a
 // constraint failure is isolated to its source; 30 consecutive dropped ticks,
