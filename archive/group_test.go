@@ -29,22 +29,30 @@ func testGroupCommit(t *testing.T, withDup bool) {
 	t.Cleanup(unblock) // a failing test must not leave the writer blocked
 	var blockOnce sync.Once
 	entered := make(chan struct{})
-	enc := at.EncoderFunc(func(stream string, rows []archive.Row) (*archive.Segment, error) {
-		if stream == "block" {
-			blockOnce.Do(func() { close(entered); <-release }) // keep the writer busy while appends queue
-		}
-		return at.Tags{}.Encode(stream, rows)
+	// A compaction merge runs on the writer goroutine (a seal's encode no
+	// longer does): a merger that blocks keeps the writer busy.
+	merger := mergerFunc(func(stream string, segs []archive.StoredSegment) (*archive.Segment, int, error) {
+		blockOnce.Do(func() { close(entered); <-release }) // keep the writer busy while appends queue
+		return at.Tags{}.Merge(stream, segs)
 	})
-	w := at.NewWriter(t, archive.WriterOptions{Encoder: enc})
+	w := at.NewWriter(t, archive.WriterOptions{})
 	src, err := w.AddSource(ctx, archive.SourceSpec{}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := w.AppendWait(ctx, []archive.SourceRows{{Source: src.ID(), Rows: append(at.Rows("block", 1), at.Rows("dup", 5)...)}}, false); err != nil {
+	for _, ts := range []int64{1, 2} { // two segments of "block" to merge
+		if _, err := w.AppendWait(ctx, []archive.SourceRows{{Source: src.ID(), Rows: at.Rows("block", ts)}}, false); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.SealWait(ctx, src.ID(), []string{"block"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := w.AppendWait(ctx, []archive.SourceRows{{Source: src.ID(), Rows: at.Rows("dup", 5)}}, false); err != nil {
 		t.Fatal(err)
 	}
 	sealDone := make(chan error, 1)
-	go func() { _, err := w.SealWait(ctx, src.ID(), []string{"block"}); sealDone <- err }()
+	go func() { _, err := w.Compact(ctx, src.ID(), "block", 10, merger); sealDone <- err }()
 	<-entered // the writer is busy from here until release
 
 	const senders = 16

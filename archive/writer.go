@@ -38,10 +38,17 @@ package archive
 //     (AppendWait with stamp) take their ts from the writer itself, strictly
 //     increasing per stream, so no row can be on its way below a watermark.
 //
-// Shutdown order (Close): the loop stops taking messages, reclaims free pages
-// (up to 2 s) if every source it opened was finalized, closes the connection
-// (SQLite then folds the sidecar into the file and removes -wal and -shm if
-// no one else has the file open) and finally releases the advisory lock.
+// The one exception to "everything on the writer goroutine" is a seal's
+// encode: the writer hands a snapshot of the rows to one encoder goroutine,
+// which returns a segment as a value; the writer alone commits it, after
+// checking that nothing it relied on changed (see startSeal). The encoder
+// goroutine touches no connection and no writer state.
+//
+// Shutdown order (Close): the loop stops taking messages, finishes a seal
+// in flight, reclaims free pages (up to 2 s) if every source it opened was
+// finalized, closes the connection (SQLite then folds the sidecar into the
+// file and removes -wal and -shm if no one else has the file open) and
+// finally releases the advisory lock.
 //
 // Failure policy: retryable SQLite codes are retried 10/50/250 ms; a
 // constraint failure is isolated to its source; 30 consecutive dropped ticks,
@@ -307,6 +314,7 @@ func start(path string, db *sql.DB, conn *sql.Conn, lock *os.File, opts WriterOp
 		conn: conn, db: db, lock: lock, opts: opts, log: opts.Logger,
 		nextSeq: map[streamKey]int64{}, watermark: map[streamKey]int64{}, floors: map[SourceID]int64{},
 		newest: map[streamKey]int64{}, warnedOOO: map[streamKey]bool{}, warnedFloor: map[SourceID]bool{},
+		sealDone: make(chan sealOutput, 1), epoch: map[SourceID]uint64{},
 	}
 	var err error
 	l.insertWAL, err = conn.PrepareContext(ctx, insertWALSQL)
@@ -733,6 +741,16 @@ type loop struct {
 	warnedOOO   map[streamKey]bool
 	warnedFloor map[SourceID]bool
 
+	// The seal in progress (see startSeal). sealing is the job whose rows
+	// the encoder goroutine holds; its result arrives on sealDone (capacity
+	// 1, one job in flight). epoch counts, per source, the operations that
+	// remove rows or segments or change what a seal may assume (eviction,
+	// finalize, resume, compaction): a seal encoded across one is redone.
+	sealing     *sealJob
+	sealDone    chan sealOutput
+	syncWaiters []chan struct{} // Syncs waiting for the seals before them
+	epoch       map[SourceID]uint64
+
 	opened, finalized  int // sources added or resumed, and finalized, this session
 	consecutiveDropped int
 	lastCheckpoint     time.Time
@@ -812,6 +830,7 @@ func (l *loop) run() {
 		case msg := <-l.w.reqs:
 			for msg != nil {
 				if _, ok := msg.(msgShutdown); ok {
+					l.drainSeals()
 					l.closeCleanly()
 					return
 				}
@@ -819,6 +838,11 @@ func (l *loop) run() {
 				if l.failed() {
 					return
 				}
+			}
+		case out := <-l.sealDone:
+			l.finishSeal(out)
+			if l.failed() {
+				return
 			}
 		case <-tick:
 		}
@@ -891,17 +915,24 @@ func (l *loop) apply(msg message) {
 			m.reply <- r
 		}
 	case msgSeal:
-		sealed, err := l.seal(m.source, m.streams)
-		if m.reply != nil {
-			m.reply <- result[[]Sealed]{sealed, err}
-		}
+		l.queueSeal(m)
 	case msgAddSource:
 		s, err := l.addSource(m.spec, m.uuid)
 		m.reply <- result[*Source]{s, err}
 	case msgResume:
+		if l.drainSeals(); l.failed() {
+			m.reply <- result[*Source]{err: l.w.stoppedErr()}
+			return
+		}
+		l.epoch[m.source]++
 		s, err := l.resume(m.source, m.anchor)
 		m.reply <- result[*Source]{s, err}
 	case msgEvict:
+		if l.drainSeals(); l.failed() {
+			m.reply <- result[Evicted]{err: l.w.stoppedErr()}
+			return
+		}
+		l.epoch[m.source]++
 		ev, err := l.evict(m.source, m.cutoff, m.remove)
 		m.reply <- result[Evicted]{ev, err}
 	case msgPatch:
@@ -915,13 +946,26 @@ func (l *loop) apply(msg message) {
 			m.reply <- result[struct{}]{err: err}
 		}
 	case msgClockOffset:
+		// A seal records an observation too; the first at a ts wins.
+		if l.drainSeals(); l.failed() {
+			return
+		}
 		err := l.withRetries(func() error {
 			return l.update(func(tx *WriteTx) error { return tx.InsertClockOffset(m.source, m.ts, m.offsetNS) })
 		})
 		l.afterTickError(err)
 	case msgSync:
+		if l.sealing != nil {
+			l.syncWaiters = append(l.syncWaiters, m.reply) // answered by answerSeal
+			return
+		}
 		m.reply <- struct{}{}
 	case msgFinalize:
+		if l.drainSeals(); l.failed() {
+			m.reply <- result[struct{}]{err: l.w.stoppedErr()}
+			return
+		}
+		l.epoch[m.source]++
 		err := l.withRetries(func() error {
 			return l.update(func(tx *WriteTx) error {
 				if err := tx.InsertClockOffset(m.source, m.ts, m.offsetNS); err != nil {
@@ -937,6 +981,11 @@ func (l *loop) apply(msg message) {
 		}
 		m.reply <- result[struct{}]{err: err}
 	case msgCompact:
+		if l.drainSeals(); l.failed() {
+			m.reply <- result[Compacted]{err: l.w.stoppedErr()}
+			return
+		}
+		l.epoch[m.source]++
 		c, err := compactStream(context.Background(), l.view, l.update, m.source, m.stream, m.targetRows, m.merger)
 		l.w.stats.compactions.Add(int64(c.Merges))
 		if err == nil && c.Merges > 0 {
@@ -1220,6 +1269,13 @@ func droppedAll(ticks []SourceRows, err error) []StreamResult {
 // writer failed while stamping.
 func (l *loop) prepareTick(ticks []SourceRows, stamp bool) (*tick, bool) {
 	t := &tick{index: map[streamKey]int{}}
+	if l.sealConflicts(ticks, stamp) {
+		l.drainSeals() // this tick is judged against the seal's watermark
+		if l.failed() {
+			t.res.Streams = droppedAll(ticks, l.w.stoppedErr())
+			return t, false
+		}
+	}
 	if stamp {
 		if err := l.stamp(ticks); err != nil {
 			t.res.Streams = droppedAll(ticks, err)
@@ -1418,103 +1474,296 @@ func (l *loop) stamp(ticks []SourceRows) error {
 	return nil
 }
 
-// seal encodes each stream's live rows outside any transaction, then
-// inserts every segment and one clock observation in ONE transaction, then
-// advances seq and watermark (only after the commit, so a retried seal
-// reuses the same seq and leaves no gap), then prunes outside the
-// transaction (safe because every read applies the watermark).
-func (l *loop) seal(source SourceID, streams []string) ([]Sealed, error) {
-	begin := time.Now()
+// Sealing runs in three steps, so that the Parquet encode (the seal's cost)
+// does not stop appends:
+//
+//  1. startSeal (writer goroutine) reads the streams' live rows in one
+//     snapshot, records what it relied on (each stream's next seq and
+//     watermark, the source's epoch) and hands the rows to ONE encoder
+//     goroutine. The rows are not touched by the writer after the hand-off,
+//     and the encoder goroutine touches nothing else: it returns a value on
+//     l.sealDone. At most one seal is in flight; later seal messages queue.
+//  2. Meanwhile the writer keeps appending. Stamped rows get a ts above every
+//     row of their stream (invariant 5), so they are above the rows being
+//     sealed and stay live after the seal commits.
+//  3. finishSeal (writer goroutine) commits the segments, one clock
+//     observation and the prune in ONE transaction that first checks that
+//     nothing it relied on changed: the source's epoch (bumped by eviction,
+//     finalize, resume and compaction), each stream's seq and watermark, and
+//     that the stream's live rows up to the newest sealed row are still
+//     exactly those that were read (an unstamped append may have added one
+//     below it meanwhile). On any change the result is discarded and the
+//     seal is read and encoded again (bounded: maxSealAttempts).
+
+// maxSealAttempts bounds how often one seal is re-read after a conflict
+// before it is deferred (its rows stay live; the next seal takes them).
+const maxSealAttempts = 3
+
+// errSealConflict: what a seal relied on changed while it was encoded.
+var errSealConflict = errors.New("archive: the rows being sealed changed during the encode")
+
+// sealInput is one stream's share of a seal job. Immutable once the job is
+// handed to the encoder goroutine.
+type sealInput struct {
+	stream string
+	seq    int64 // l.nextSeq when the rows were read
+	wm     int64 // l.watermark when the rows were read (valid when hasWM)
+	hasWM  bool
+	rows   []Row // the live rows, by ts
+}
+
+// sealJob is a seal message being carried out.
+type sealJob struct {
+	msg     msgSeal
+	epoch   uint64 // l.epoch[source] when the rows were read
+	inputs  []sealInput
+	attempt int
+	begin   time.Time
+}
+
+// sealOutput is what the encoder goroutine returns: one segment (or nil)
+// per input, or the first encoder failure.
+type sealOutput struct {
+	job  *sealJob
+	segs []*Segment
+	err  error
+}
+
+// encodeSeal runs on the encoder goroutine. It reads job.inputs only and
+// shares nothing else with the writer.
+func encodeSeal(enc SegmentEncoder, job *sealJob, done chan<- sealOutput) {
+	out := sealOutput{job: job, segs: make([]*Segment, len(job.inputs))}
+	for i, in := range job.inputs {
+		seg, err := Materialize(enc, in.stream, in.rows)
+		if err != nil {
+			out.err = err
+			break
+		}
+		out.segs[i] = seg
+	}
+	done <- out // capacity 1 and at most one job in flight: never blocks
+}
+
+// queueSeal starts a seal message. One seal is in flight at a time: a seal
+// must read the rows as they are at its place in the message order, so a
+// second waits for the first (the ingester's seals come one at a time
+// anyway: SealWait per source).
+func (l *loop) queueSeal(m msgSeal) {
+	l.drainSeals()
+	if l.failed() {
+		if m.reply != nil {
+			m.reply <- result[[]Sealed]{err: l.w.stoppedErr()}
+		}
+		return
+	}
+	l.startSeal(&sealJob{msg: m, begin: time.Now()})
+}
+
+// sealConflicts reports whether an unstamped tick holds a row at or below
+// the newest row the seal in flight read from that row's stream. Applied
+// now, such a row would be judged against the old watermark; in message
+// order it comes after the seal and must be judged against the new one, so
+// the seal is finished first. Stamped rows never conflict: their ts is
+// above every row their stream holds (invariant 5).
+func (l *loop) sealConflicts(ticks []SourceRows, stamp bool) bool {
+	if l.sealing == nil || stamp {
+		return false
+	}
+	for _, t := range ticks {
+		if t.Source != l.sealing.msg.source {
+			continue
+		}
+		for _, in := range l.sealing.inputs {
+			last := in.rows[len(in.rows)-1].TS
+			for i := range t.Rows {
+				if t.Rows[i].Stream == in.stream && t.Rows[i].TS <= last {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// startSeal reads the job's rows and hands them to the encoder goroutine;
+// with nothing to seal it answers at once.
+func (l *loop) startSeal(job *sealJob) {
+	source := job.msg.source
+	job.epoch = l.epoch[source]
+	job.inputs = job.inputs[:0]
+	err := l.view(func(tx *ReadTx) error {
+		for _, stream := range job.msg.streams {
+			rows, err := tx.LiveWAL(source, stream)
+			if err != nil {
+				return err
+			}
+			k := streamKey{source, stream}
+			if len(rows) == 0 {
+				if _, ok := l.nextSeq[k]; !ok {
+					l.log.Warn("asked to seal a stream which has no live rows and has never sealed a segment - is the name right?",
+						"source", source, "stream", stream)
+				}
+				continue
+			}
+			wm, hasWM := l.watermark[k]
+			job.inputs = append(job.inputs, sealInput{stream: stream, seq: l.nextSeq[k], wm: wm, hasWM: hasWM, rows: rows})
+		}
+		return nil
+	})
+	if err != nil {
+		l.w.stats.deferredSeals.Add(1)
+		l.log.Warn("seal deferred", "source", source, "err", err)
+		l.answerSeal(job, nil, err)
+		return
+	}
+	if len(job.inputs) == 0 {
+		l.answerSeal(job, nil, nil)
+		return
+	}
+	l.sealing = job
+	go encodeSeal(l.opts.Encoder, job, l.sealDone)
+}
+
+// answerSeal replies to a finished job and to the Syncs that waited for it.
+// A Sync is not answered once the writer failed: it learns the failure.
+func (l *loop) answerSeal(job *sealJob, sealed []Sealed, err error) {
+	l.sealing = nil
+	if job.msg.reply != nil {
+		job.msg.reply <- result[[]Sealed]{sealed, err}
+	}
+	if !l.failed() {
+		for _, r := range l.syncWaiters {
+			r <- struct{}{}
+		}
+		l.syncWaiters = l.syncWaiters[:0]
+	}
+}
+
+// drainSeals waits for the seal in flight to finish (retries included).
+// Messages whose effect depends on the order of seals call it first, so
+// they see every seal sent before them as the reference's one-at-a-time
+// writer would: eviction, finalize, resume, clock offsets, compaction
+// (whose merger may also be the seal's encoder, which need not be safe for
+// concurrent use) and shutdown. Appends, source additions, metadata patches
+// and checkpoints do not wait.
+func (l *loop) drainSeals() {
+	for l.sealing != nil && !l.failed() {
+		l.finishSeal(<-l.sealDone)
+	}
+}
+
+// finishSeal commits an encoded seal (see the steps above). Only the writer
+// goroutine calls it.
+func (l *loop) finishSeal(out sealOutput) {
+	job := out.job
+	source := job.msg.source
+	if out.err != nil {
+		// An encoder that fails or breaks its contract stops the writer:
+		// its rows stay live and readable, but no seal can be trusted.
+		l.fail(out.err)
+		l.answerSeal(job, nil, out.err)
+		return
+	}
 	type pending struct {
-		stream string
-		seq    int64
-		seg    *Segment
+		in  *sealInput
+		seg *Segment
 	}
 	var batch []pending
 	var obs *Row
-	for _, stream := range streams {
-		k := streamKey{source, stream}
-		var rows []Row
-		if err := l.view(func(tx *ReadTx) error {
-			var err error
-			rows, err = tx.LiveWAL(source, stream)
-			return err
-		}); err != nil {
-			l.w.stats.deferredSeals.Add(1)
-			l.log.Warn("seal deferred", "source", source, "stream", stream, "err", err)
-			return nil, err
-		}
-		if len(rows) == 0 {
-			if _, ok := l.nextSeq[k]; !ok {
-				l.log.Warn("asked to seal a stream which has no live rows and has never sealed a segment - is the name right?",
-					"source", source, "stream", stream)
-			}
-			continue
-		}
-		seg, err := Materialize(l.opts.Encoder, stream, rows)
-		if err != nil {
-			// An encoder that fails or breaks its contract stops the writer:
-			// its rows stay live and readable, but no seal can be trusted.
-			l.fail(err)
-			return nil, err
-		}
+	for i := range job.inputs {
+		seg := out.segs[i]
 		if seg == nil {
 			continue
 		}
-		for i := range rows {
-			if rows[i].TS == seg.LastTS && (obs == nil || rows[i].TS >= obs.TS) {
-				obs = &rows[i]
+		in := &job.inputs[i]
+		for j := range in.rows {
+			if in.rows[j].TS == seg.LastTS && (obs == nil || in.rows[j].TS >= obs.TS) {
+				obs = &in.rows[j]
 			}
 		}
-		batch = append(batch, pending{stream: stream, seq: l.nextSeq[k], seg: seg})
+		batch = append(batch, pending{in: in, seg: seg})
 	}
 	if len(batch) == 0 {
-		return nil, nil
+		l.answerSeal(job, nil, nil)
+		return
 	}
-	err := l.withRetries(func() error {
-		return l.update(func(tx *WriteTx) error {
-			for _, p := range batch {
-				if err := tx.InsertSegment(source, p.stream, p.seq, p.seg); err != nil {
-					return err
+	// What the encode relied on, as far as the writer's own state tells:
+	// nothing removed rows of the source, nothing sealed these streams.
+	conflict := l.epoch[source] != job.epoch
+	for _, p := range batch {
+		k := streamKey{source, p.in.stream}
+		wm, hasWM := l.watermark[k]
+		if l.nextSeq[k] != p.in.seq || hasWM != p.in.hasWM || wm != p.in.wm {
+			conflict = true
+		}
+	}
+	var err error
+	if conflict {
+		err = errSealConflict
+	} else {
+		err = l.withRetries(func() error {
+			return l.update(func(tx *WriteTx) error {
+				for _, p := range batch {
+					// The stream's live rows up to the last row read must be
+					// exactly the rows read: rows are never updated, removals
+					// bump the epoch, so only an unstamped append below the
+					// newest row can have changed them, and only by adding.
+					var n int64
+					last := p.in.rows[len(p.in.rows)-1].TS
+					if err := tx.q.QueryRowContext(tx.ctx, `SELECT COUNT(*) FROM wal WHERE `+liveStream+` AND ts <= ?3`,
+						source, p.in.stream, last).Scan(&n); err != nil {
+						return sqlErr("seal: count live rows", err)
+					}
+					if n != int64(len(p.in.rows)) {
+						return errSealConflict
+					}
+					if err := tx.InsertSegment(source, p.in.stream, p.in.seq, p.seg); err != nil {
+						return err
+					}
+					// Same transaction: the rows the segment holds go with
+					// the segment's commit (the watermark hides them anyway).
+					if _, err := tx.PruneWAL(source, p.in.stream, p.seg.LastTS); err != nil {
+						return err
+					}
 				}
-			}
-			return tx.InsertClockOffset(source, obs.TS, obs.WallOffset)
+				return tx.InsertClockOffset(source, obs.TS, obs.WallOffset)
+			})
 		})
-	})
-	if err != nil {
-		if IsRetryable(err) {
+	}
+	switch {
+	case errors.Is(err, errSealConflict):
+		job.attempt++
+		if job.attempt >= maxSealAttempts {
 			l.w.stats.deferredSeals.Add(1)
 			l.log.Warn("seal deferred; the rows stay live", "source", source, "err", err)
-			return nil, err
+			l.answerSeal(job, nil, err)
+			return
 		}
+		l.sealing = nil
+		l.startSeal(job) // read again, encode again
+		return
+	case err != nil && IsRetryable(err):
+		l.w.stats.deferredSeals.Add(1)
+		l.log.Warn("seal deferred; the rows stay live", "source", source, "err", err)
+		l.answerSeal(job, nil, err)
+		return
+	case err != nil:
 		l.fail(err)
-		return nil, err
+		l.answerSeal(job, nil, err)
+		return
 	}
-	out := make([]Sealed, 0, len(batch))
+	out2 := make([]Sealed, 0, len(batch))
 	for _, p := range batch {
-		k := streamKey{source, p.stream}
-		l.nextSeq[k] = p.seq + 1
+		k := streamKey{source, p.in.stream}
+		l.nextSeq[k] = p.in.seq + 1
 		l.watermark[k] = p.seg.LastTS
 		l.w.stats.seals.Add(1)
 		l.w.stats.segmentBytes.Add(int64(len(p.seg.Bytes)))
-		out = append(out, Sealed{Stream: p.stream, Seq: p.seq, SegmentMeta: SegmentMeta{
+		out2 = append(out2, Sealed{Stream: p.in.stream, Seq: p.in.seq, SegmentMeta: SegmentMeta{
 			Rows: p.seg.Rows, FirstTS: p.seg.FirstTS, LastTS: p.seg.LastTS, Size: int64(len(p.seg.Bytes))}})
 	}
-	l.w.stats.sealNanos.Add(int64(time.Since(begin)))
-	// A crash here is harmless: the watermark already hides the rows the
-	// segments hold, so the prune is an optimization with no correctness role.
-	for _, p := range batch {
-		err := l.withRetries(func() error {
-			return l.update(func(tx *WriteTx) error {
-				_, err := tx.PruneWAL(source, p.stream, p.seg.LastTS)
-				return err
-			})
-		})
-		if err != nil {
-			l.log.Warn("prune after seal failed; the rows stay shadowed", "source", source, "stream", p.stream, "err", err)
-		}
-	}
-	return out, nil
+	l.w.stats.sealNanos.Add(int64(time.Since(job.begin)))
+	l.answerSeal(job, out2, nil)
 }
 
 func (l *loop) evict(source SourceID, cutoff int64, remove func(string) bool) (Evicted, error) {

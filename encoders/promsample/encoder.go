@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unsafe"
 
 	"github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/compress"
@@ -147,13 +148,11 @@ func (e *Encoder) Encode(stream string, rows []archive.Row) (*archive.Segment, e
 		return nil, nil
 	}
 	c := newCollector()
-	var d BatchDecoder
+	rc := newRowCollector(c)
 	for i := range rows {
-		b, err := d.Decode(rows[i].Data)
-		if err != nil {
+		if err := rc.add(rows[i].Data); err != nil {
 			return nil, fmt.Errorf("stream %q row ts %d: %w", stream, rows[i].TS, err)
 		}
-		c.add(&b)
 	}
 	series, meta := c.finish()
 	data, idx, err := e.write(series, meta)
@@ -660,7 +659,7 @@ func (cw *columnWriter) writeRowGroup(w *file.Writer, series []*seriesData) erro
 	// __name__
 	cw.names = cw.names[:0]
 	for _, s := range series {
-		name := parquet.ByteArray(s.name)
+		name := stringBytes(s.name)
 		for range len(s.samples) + len(s.hists) {
 			cw.names = append(cw.names, name)
 		}
@@ -678,10 +677,11 @@ func (cw *columnWriter) writeRowGroup(w *file.Writer, series []*seriesData) erro
 			if v != "" {
 				d = 1
 			}
+			b := stringBytes(v) // once per series, not per row
 			for range n {
 				cw.def = append(cw.def, d)
 				if d == 1 {
-					cw.strs = append(cw.strs, parquet.ByteArray(v))
+					cw.strs = append(cw.strs, b)
 				}
 			}
 		}
@@ -712,6 +712,17 @@ func (cw *columnWriter) writeRowGroup(w *file.Writer, series []*seriesData) erro
 		return err
 	}
 	return rg.Close()
+}
+
+// stringBytes returns the bytes of s without copying them. The column
+// writer only reads the values it is given (it copies them into its pages
+// and statistics), so sharing the string's immutable bytes is safe; a copy
+// per row was 8% of the server's CPU under load.
+func stringBytes(s string) parquet.ByteArray {
+	if s == "" {
+		return parquet.ByteArray{}
+	}
+	return unsafe.Slice(unsafe.StringData(s), len(s))
 }
 
 func nextColumn[T any](rg file.SerialRowGroupWriter) (T, error) {

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/klauspost/compress/s2"
 	"github.com/prometheus/prometheus/model/histogram"
@@ -47,10 +48,102 @@ const maxInt53 = 1 << 53
 // BatchEncoder encodes Batches into rows, reusing its buffers between calls.
 // The zero value is ready to use; it is not safe for concurrent use.
 type BatchEncoder struct {
-	strs map[string]uint64
 	tab  []byte // string table
 	body []byte // references and values
 	raw  []byte // table + body
+	comp []byte // compressed raw
+
+	// Kept across calls, so that a series seen in an earlier batch (the
+	// steady state: the same series every request) costs one hash and
+	// array lookups instead of a map lookup per label string. Every string
+	// gets a global id; a row's string table is built from them in order
+	// of first use, exactly as before. Bounded: reset when full.
+	gid      map[string]uint32 // string -> global id
+	gstr     []string          // global id -> string
+	gbytes   int               // bytes of gstr
+	sets     map[uint64]labelSet
+	arena    []uint32 // global ids of the cached label sets (name, value...)
+	local    []uint32 // global id -> this row's id, valid when localGen matches
+	localGen []uint32
+	gen      uint32 // the current row
+	nstr     uint64 // strings in this row's table
+}
+
+// labelSet is a cached label set: its labels (the key, compared on a hash
+// hit) and the global ids of its names and values in arena.
+type labelSet struct {
+	ls     labels.Labels
+	off, n int32
+}
+
+// Bounds of a BatchEncoder's cross-call cache (~10 MB at most).
+const (
+	maxEncoderStrings   = 1 << 18
+	maxEncoderStrBytes  = 4 << 20
+	maxEncoderLabelSets = 1 << 16
+)
+
+// resetCache empties the cross-call cache when it is full (or unset).
+func (e *BatchEncoder) resetCache() {
+	if e.gid != nil && len(e.gstr) < maxEncoderStrings && e.gbytes < maxEncoderStrBytes && len(e.sets) < maxEncoderLabelSets {
+		return
+	}
+	e.gid, e.gstr, e.gbytes = make(map[string]uint32), e.gstr[:0], 0
+	e.sets, e.arena = make(map[uint64]labelSet), e.arena[:0]
+	e.local, e.localGen = nil, nil
+}
+
+// intern returns s's global id.
+func (e *BatchEncoder) intern(s string) uint32 {
+	g, ok := e.gid[s]
+	if !ok {
+		g = uint32(len(e.gstr))
+		e.gid[s] = g
+		e.gstr = append(e.gstr, s)
+		e.gbytes += len(s)
+	}
+	return g
+}
+
+// ref appends the row's reference to global string g, adding the string
+// to the row's table on its first use in the row.
+func (e *BatchEncoder) ref(g uint32) {
+	if int(g) >= len(e.local) {
+		n := max(len(e.gstr), int(g)+1)
+		e.local = append(e.local, make([]uint32, n-len(e.local))...)
+		e.localGen = append(e.localGen, make([]uint32, n-len(e.localGen))...)
+	}
+	if e.localGen[g] != e.gen {
+		e.localGen[g] = e.gen
+		e.local[g] = uint32(e.nstr)
+		e.nstr++
+		s := e.gstr[g]
+		e.tab = binary.AppendUvarint(e.tab, uint64(len(s)))
+		e.tab = append(e.tab, s...)
+	}
+	e.body = binary.AppendUvarint(e.body, uint64(e.local[g]))
+}
+
+// seriesLabels appends a series' labels: from the cache when the set was
+// seen before.
+func (e *BatchEncoder) seriesLabels(ls labels.Labels) {
+	h := ls.Hash()
+	set, ok := e.sets[h]
+	if !ok || !labels.Equal(set.ls, ls) {
+		off := len(e.arena)
+		ls.Range(func(l labels.Label) {
+			e.arena = append(e.arena, e.intern(l.Name), e.intern(l.Value))
+		})
+		set = labelSet{ls: ls, off: int32(off), n: int32(len(e.arena) - off)}
+		if !ok { // a colliding set stays uncached
+			e.sets[h] = set
+		}
+	}
+	ids := e.arena[set.off : set.off+set.n]
+	e.body = binary.AppendUvarint(e.body, uint64(len(ids)/2))
+	for _, g := range ids {
+		e.ref(g)
+	}
 }
 
 // EncodeBatch encodes b as one self-contained, compressed wal row.
@@ -62,24 +155,16 @@ func EncodeBatch(b *Batch) ([]byte, error) {
 // Append appends the row encoding of b to dst and returns the extended
 // slice. The result does not alias the encoder's buffers beyond dst.
 func (e *BatchEncoder) Append(dst []byte, b *Batch) ([]byte, error) {
-	if e.strs == nil {
-		e.strs = make(map[string]uint64)
+	e.resetCache()
+	e.gen++
+	if e.gen == 0 { // wrapped: no stale entry may match
+		clear(e.localGen)
+		e.gen = 1
 	}
-	clear(e.strs)
 	e.tab = e.tab[:0]
-	nstr := uint64(0)
-	ref := func(s string) {
-		id, ok := e.strs[s]
-		if !ok {
-			id = nstr
-			nstr++
-			e.strs[s] = id
-			e.tab = binary.AppendUvarint(e.tab, uint64(len(s)))
-			e.tab = append(e.tab, s...)
-		}
-		e.body = binary.AppendUvarint(e.body, id)
-	}
-	appendLabels := func(ls labels.Labels) {
+	e.nstr = 0
+	ref := func(s string) { e.ref(e.intern(s)) }
+	appendLabels := func(ls labels.Labels) { // exemplars: unique sets, not cached
 		e.body = binary.AppendUvarint(e.body, uint64(ls.Len()))
 		ls.Range(func(l labels.Label) {
 			ref(l.Name)
@@ -91,7 +176,7 @@ func (e *BatchEncoder) Append(dst []byte, b *Batch) ([]byte, error) {
 	var prevT int64
 	for i := range b.Series {
 		s := &b.Series[i]
-		appendLabels(s.Labels)
+		e.seriesLabels(s.Labels)
 		e.body = binary.AppendUvarint(e.body, uint64(len(s.Samples)))
 		for _, smp := range s.Samples {
 			e.body = binary.AppendVarint(e.body, smp.T-prevT)
@@ -121,23 +206,33 @@ func (e *BatchEncoder) Append(dst []byte, b *Batch) ([]byte, error) {
 		ref(m.Help)
 		ref(m.Unit)
 	}
-	e.raw = binary.AppendUvarint(e.raw[:0], nstr)
+	e.raw = binary.AppendUvarint(e.raw[:0], e.nstr)
 	e.raw = append(e.raw, e.tab...)
 	e.raw = append(e.raw, e.body...)
 	if len(e.raw) > MaxBatchBytes {
 		return dst, fmt.Errorf("%w: %d bytes uncompressed (max %d)", ErrTooLarge, len(e.raw), MaxBatchBytes)
 	}
-	dst = append(dst, rowFormatV1)
-	n := len(dst)
+	// Compress into the encoder's scratch, then append only what the block
+	// takes: sizing dst for the worst case allocated about the row's
+	// uncompressed size per row, ~10x what it keeps.
 	need := s2.MaxEncodedLen(len(e.raw))
-	if cap(dst)-n < need {
-		grown := make([]byte, n, n+need)
-		copy(grown, dst)
-		dst = grown
+	if cap(e.comp) < need {
+		e.comp = make([]byte, need)
 	}
-	enc := s2.EncodeBetter(dst[n:n+need], e.raw)
-	return dst[:n+len(enc)], nil
+	enc := s2.EncodeBetter(e.comp[:need], e.raw)
+	if dst == nil {
+		dst = make([]byte, 0, 1+len(enc))
+	}
+	dst = append(dst, rowFormatV1)
+	dst = append(dst, enc...)
+	if cap(e.comp) > maxKeptScratch {
+		e.comp = nil // one huge request must not pin its buffer
+	}
+	return dst, nil
 }
+
+// maxKeptScratch bounds the compression buffer an encoder keeps.
+const maxKeptScratch = 4 << 20
 
 // isIntegral reports whether v is stored on the integer path: an integer of
 // magnitude at most 2^53 and not -0, so float64(int64(v)) has v's exact bits.
@@ -243,27 +338,183 @@ func DecodeBatch(row []byte) (Batch, error) {
 
 // Decode is DecodeBatch with buffer reuse.
 func (d *BatchDecoder) Decode(row []byte) (Batch, error) {
+	raw, err := decompressRow(&d.raw, row)
+	if err != nil {
+		return Batch{}, err
+	}
+	return d.decodeBody(raw)
+}
+
+// decompressRow checks a row's header and decompresses its body into *buf
+// (grown as needed).
+func decompressRow(buf *[]byte, row []byte) ([]byte, error) {
 	if len(row) == 0 {
-		return Batch{}, corruptRow("empty row", nil)
+		return nil, corruptRow("empty row", nil)
 	}
 	if row[0] != rowFormatV1 {
-		return Batch{}, fmt.Errorf("%w: row format %d", ErrUnsupportedVersion, row[0])
+		return nil, fmt.Errorf("%w: row format %d", ErrUnsupportedVersion, row[0])
 	}
 	n, err := s2.DecodedLen(row[1:])
 	if err != nil {
-		return Batch{}, corruptRow("compressed header", err)
+		return nil, corruptRow("compressed header", err)
 	}
 	if n > MaxBatchBytes {
-		return Batch{}, fmt.Errorf("%w: row claims %d bytes uncompressed (max %d)", ErrTooLarge, n, MaxBatchBytes)
+		return nil, fmt.Errorf("%w: row claims %d bytes uncompressed (max %d)", ErrTooLarge, n, MaxBatchBytes)
 	}
-	if cap(d.raw) < n {
-		d.raw = make([]byte, n)
+	if cap(*buf) < n {
+		*buf = make([]byte, n)
 	}
-	raw, err := s2.Decode(d.raw[:n], row[1:])
+	raw, err := s2.Decode((*buf)[:n], row[1:])
 	if err != nil {
-		return Batch{}, corruptRow("decompress", err)
+		return nil, corruptRow("decompress", err)
 	}
-	return d.decodeBody(raw)
+	return raw, nil
+}
+
+// rowCollector decodes the rows of one segment straight into a collector.
+// It reads exactly what decodeBody reads (same checks, same errors) but
+// resolves a series' labels through string ids shared by all the rows: a
+// series already seen in an earlier row (the steady state: the same series
+// every request) costs one map lookup, not a string per label, a
+// labels.Labels and its byte key. Not safe for concurrent use.
+type rowCollector struct {
+	c      *collector
+	raw    []byte
+	strID  map[string]uint32      // interned string -> id
+	strs   []string               // id -> string
+	local  []uint32               // this row's string table -> ids
+	series map[string]*seriesData // uvarint ids of a series' labels -> series
+	key    []byte
+	sb     labels.ScratchBuilder
+}
+
+func newRowCollector(c *collector) *rowCollector {
+	return &rowCollector{c: c, strID: map[string]uint32{}, series: map[string]*seriesData{}}
+}
+
+// add decodes one row into the collector. On error the collector may hold
+// part of the row; the caller discards it.
+func (rc *rowCollector) add(row []byte) error {
+	raw, err := decompressRow(&rc.raw, row)
+	if err != nil {
+		return err
+	}
+	r := reader{b: raw}
+	ns := r.count(1)
+	rc.local = rc.local[:0]
+	for i := 0; i < ns && r.err == nil; i++ {
+		l := r.count(1)
+		b := r.bytes(l)
+		id, ok := rc.strID[string(b)] // no allocation for the lookup
+		if !ok && r.err == nil {
+			id = uint32(len(rc.strs))
+			s := string(b)
+			rc.strs = append(rc.strs, s)
+			rc.strID[s] = id
+		}
+		rc.local = append(rc.local, id)
+	}
+	ref := func() (uint32, bool) {
+		id := r.uvarint()
+		if r.err != nil {
+			return 0, false
+		}
+		if id >= uint64(len(rc.local)) {
+			r.fail("string reference out of range")
+			return 0, false
+		}
+		return rc.local[id], true
+	}
+	str := func() string {
+		if id, ok := ref(); ok {
+			return rc.strs[id]
+		}
+		return ""
+	}
+	readLabels := func() labels.Labels {
+		n := r.count(2)
+		rc.sb.Reset()
+		for i := 0; i < n && r.err == nil; i++ {
+			name := str()
+			rc.sb.Add(name, str())
+		}
+		rc.sb.Sort()
+		return rc.sb.Labels()
+	}
+	// seriesOf reads a series' labels as ids and finds (or makes) its entry.
+	seriesOf := func() *seriesData {
+		n := r.count(2)
+		rc.key = rc.key[:0]
+		for i := 0; i < 2*n && r.err == nil; i++ {
+			id, _ := ref()
+			rc.key = binary.AppendUvarint(rc.key, uint64(id))
+		}
+		if r.err != nil {
+			return nil
+		}
+		if sd, ok := rc.series[string(rc.key)]; ok {
+			return sd
+		}
+		rc.sb.Reset()
+		for k := rc.key; len(k) > 0; {
+			name, m := binary.Uvarint(k)
+			value, m2 := binary.Uvarint(k[m:])
+			k = k[m+m2:]
+			rc.sb.Add(rc.strs[name], rc.strs[value])
+		}
+		rc.sb.Sort()
+		ls := rc.sb.Labels()
+		// Another id sequence may spell the same label set (another label
+		// order): the collector's own key decides.
+		rc.c.key = ls.Bytes(rc.c.key[:0])
+		sd := rc.c.byKey[string(rc.c.key)]
+		if sd == nil {
+			sd = &seriesData{lbls: ls, name: ls.Get(labels.MetricName)}
+			rc.c.byKey[string(rc.c.key)] = sd
+		}
+		rc.series[string(rc.key)] = sd
+		return sd
+	}
+	nser := r.count(4)
+	var prevT int64
+	for i := 0; i < nser && r.err == nil; i++ {
+		sd := seriesOf()
+		if r.err != nil {
+			break
+		}
+		if n := r.count(2); n > 0 {
+			sd.samples = slices.Grow(sd.samples, n)
+			for range n {
+				prevT += r.varint()
+				sd.samples = append(sd.samples, Sample{T: prevT, V: r.value()})
+			}
+		}
+		if n := r.count(16); n > 0 {
+			for range n {
+				prevT += r.varint()
+				sd.hists = append(sd.hists, r.histogram(prevT))
+			}
+		}
+		if n := r.count(10); n > 0 {
+			for range n {
+				ls := readLabels()
+				t := r.varint()
+				sd.exemplars = append(sd.exemplars, Exemplar{Labels: ls, T: t, V: math.Float64frombits(r.u64())})
+			}
+		}
+	}
+	if n := r.count(4); n > 0 {
+		for range n {
+			m := Metadata{MetricFamily: str(), Type: MetricType(str()), Help: str(), Unit: str()}
+			if r.err == nil {
+				rc.c.meta[m] = struct{}{}
+			}
+		}
+	}
+	if r.err == nil && len(r.b) != 0 {
+		r.fail(fmt.Sprintf("%d trailing bytes", len(r.b)))
+	}
+	return r.err
 }
 
 func (d *BatchDecoder) decodeBody(raw []byte) (Batch, error) {

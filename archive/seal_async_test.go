@@ -1,0 +1,243 @@
+package archive_test
+
+// The seal's encode runs off the writer goroutine: appends keep committing
+// while a segment is being encoded, and whatever lands meanwhile must leave
+// every row readable exactly once.
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dendro-receiver/dendro-receiver/archive"
+	at "github.com/dendro-receiver/dendro-receiver/archive/archivetest"
+)
+
+// gatedTags is a Tags encoder whose first encode signals entered and then
+// blocks until release is closed.
+func gatedTags(t *testing.T) (enc archive.SegmentEncoder, entered <-chan struct{}, release func()) {
+	in, rel := make(chan struct{}), make(chan struct{})
+	var enterOnce, releaseOnce sync.Once
+	release = func() { releaseOnce.Do(func() { close(rel) }) }
+	t.Cleanup(release) // a failing test must not leave an encode blocked
+	enc = at.EncoderFunc(func(stream string, rows []archive.Row) (*archive.Segment, error) {
+		first := false
+		enterOnce.Do(func() { first = true })
+		if first {
+			close(in)
+			<-rel
+		}
+		return at.Tags{}.Encode(stream, rows)
+	})
+	return enc, in, release
+}
+
+// everyRow returns every ts the stream holds, reading each segment (Tags
+// bytes) and the live wal in one snapshot.
+func everyRow(t *testing.T, path string, src archive.SourceID, stream string) []int64 {
+	t.Helper()
+	var out []int64
+	view(t, openRead(t, path), func(tx *archive.ReadTx) error {
+		metas, err := tx.SegmentMetas(src, stream)
+		if err != nil {
+			return err
+		}
+		for _, m := range metas {
+			b, ok, err := tx.SegmentBytes(src, stream, m.Seq)
+			if err != nil || !ok {
+				return fmt.Errorf("segment %d: ok=%v err=%v", m.Seq, ok, err)
+			}
+			for _, f := range strings.Split(string(b), ",") {
+				v, err := strconv.ParseInt(f, 10, 64)
+				if err != nil {
+					return err
+				}
+				out = append(out, v)
+			}
+		}
+		live, err := tx.LiveWAL(src, stream)
+		out = append(out, tsOf(live)...)
+		return err
+	})
+	return out
+}
+
+// exactlyOnce fails unless got holds every element of want once, no other.
+func exactlyOnce(t *testing.T, got, want []int64) {
+	t.Helper()
+	got, want = slices.Clone(got), slices.Clone(want)
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Fatalf("rows read: %d, want %d exactly once; first differences: got %v want %v",
+			len(got), len(want), head(got), head(want))
+	}
+}
+
+func head(v []int64) []int64 { return v[:min(len(v), 10)] }
+
+func TestAppendsCommitWhileASealEncodes(t *testing.T) {
+	ctx := at.Ctx(t)
+	enc, entered, release := gatedTags(t)
+	w, s := newSource(t, archive.WriterOptions{Encoder: enc})
+	appendWait(t, s, at.Rows("s", 1, 2, 3)...)
+	sealed := make(chan []archive.Sealed, 1)
+	go func() { out, _ := w.SealWait(ctx, s.ID(), []string{"s"}); sealed <- out }()
+	<-entered
+	// The encode is blocked: appends (stamped, as the receiver sends them)
+	// must still commit.
+	var want []int64
+	want = append(want, 1, 2, 3)
+	for i := 0; i < 5; i++ {
+		r, err := w.AppendWait(ctx, []archive.SourceRows{{Source: s.ID(), Rows: at.Rows("s", 0)}}, true)
+		must(t, err)
+		eq(t, "committed while the seal encodes", r.Streams, []archive.StreamResult{{Source: s.ID(), Stream: "s", Committed: 1}})
+	}
+	select {
+	case <-sealed:
+		t.Fatal("the seal finished before its encode was released")
+	default:
+	}
+	release()
+	out := <-sealed
+	if len(out) != 1 || out[0].Rows != 3 || out[0].FirstTS != 1 || out[0].LastTS != 3 {
+		t.Fatalf("sealed %+v, want one segment of rows 1..3", out)
+	}
+	all := everyRow(t, w.Path(), s.ID(), "s")
+	if len(all) != 8 {
+		t.Fatalf("read %v, want 8 rows", all)
+	}
+	exactlyOnce(t, all[:3], want)
+	eq(t, "live after the seal", len(liveTS(t, openRead(t, w.Path()), s.ID(), "s")), 5)
+	must(t, w.Err())
+}
+
+// Appends from several goroutines race seals of the same streams; every
+// acknowledged row is read exactly once (in a segment or live, never both,
+// never neither).
+func TestAppendsRacingBackgroundSealsAreReadExactlyOnce(t *testing.T) {
+	ctx := at.Ctx(t)
+	w, s := newSource(t, archive.WriterOptions{Now: func() time.Time { return time.Unix(0, 1) }})
+	streams := []string{"a", "b", "c"}
+	const senders, perSender = 4, 60
+	var mu sync.Mutex
+	acked := map[string][]int64{}
+	var wg sync.WaitGroup
+	for g := 0; g < senders; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			for i := 0; i < perSender; i++ {
+				rows := at.Rows(streams[(g+i)%len(streams)], 0)
+				r, err := w.AppendWait(ctx, []archive.SourceRows{{Source: s.ID(), Rows: rows}}, true)
+				if err != nil || r.Dropped() != 0 {
+					t.Errorf("append: %v %+v", err, r.Streams)
+					return
+				}
+				mu.Lock()
+				acked[rows[0].Stream] = append(acked[rows[0].Stream], rows[0].TS) // stamped in place
+				mu.Unlock()
+			}
+		}(g)
+	}
+	stop := make(chan struct{})
+	sealerDone := make(chan struct{})
+	seals := 0
+	go func() {
+		defer close(sealerDone)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if _, err := w.SealWait(ctx, s.ID(), streams); err != nil {
+				t.Errorf("seal: %v", err)
+				return
+			}
+			seals++
+		}
+	}()
+	wg.Wait()
+	close(stop)
+	<-sealerDone
+	must(t, s.Sync(ctx))
+	if seals == 0 || w.Stats().Seals == 0 {
+		t.Fatalf("no seal ran during the appends (%d calls, %+v)", seals, w.Stats())
+	}
+	total := 0
+	for _, st := range streams {
+		exactlyOnce(t, everyRow(t, w.Path(), s.ID(), st), acked[st])
+		total += len(acked[st])
+	}
+	eq(t, "rows acknowledged", total, senders*perSender)
+	eq(t, "dropped out of order", s.DroppedOutOfOrder(), int64(0))
+	must(t, w.Err())
+}
+
+// An eviction sent while a seal's encode is in flight is applied after the
+// seal, as in message order: the rows it removes are gone (not resurrected
+// by the segment), the rows it keeps are read exactly once.
+func TestAnEvictionSentDuringAnEncodeLandsAfterTheSeal(t *testing.T) {
+	ctx := at.Ctx(t)
+	enc, entered, release := gatedTags(t)
+	w, s := newSource(t, archive.WriterOptions{Encoder: enc})
+	appendWait(t, s, at.Rows("s", 10, 20, 30)...)
+	appendWait(t, s, at.Rows("t", 10, 20, 30)...)
+	sealed := make(chan error, 1)
+	go func() { _, err := w.SealWait(ctx, s.ID(), []string{"s"}); sealed <- err }()
+	<-entered
+	evicted := make(chan archive.Evicted, 1)
+	go func() {
+		ev, err := w.EvictBefore(ctx, s.ID(), 25)
+		if err != nil {
+			t.Errorf("EvictBefore: %v", err)
+		}
+		evicted <- ev
+	}()
+	// Appends still go through while the eviction waits for the seal.
+	appendWait(t, s, at.Rows("s", 40)...)
+	select {
+	case <-evicted:
+		t.Fatal("the eviction was applied before the seal sent ahead of it")
+	case <-time.After(50 * time.Millisecond):
+	}
+	release()
+	must(t, <-sealed)
+	ev := <-evicted
+	// The segment [10, 30] straddles the cutoff and is kept whole; stream
+	// t's live rows 10 and 20 are evicted.
+	eq(t, "evicted", ev, archive.Evicted{Segments: 0, WALRows: 2, LiveRows: 2})
+	exactlyOnce(t, everyRow(t, w.Path(), s.ID(), "s"), []int64{10, 20, 30, 40})
+	exactlyOnce(t, everyRow(t, w.Path(), s.ID(), "t"), []int64{30})
+	eq(t, "live s", liveTS(t, openRead(t, w.Path()), s.ID(), "s"), []int64{40})
+	must(t, w.Err())
+}
+
+// An unstamped row at or below the rows being encoded is judged as if the
+// seal had committed first (message order): dropped as out of order.
+func TestALateUnstampedRowDuringAnEncodeIsJudgedAfterTheSeal(t *testing.T) {
+	ctx := at.Ctx(t)
+	enc, entered, release := gatedTags(t)
+	w, s := newSource(t, archive.WriterOptions{Encoder: enc})
+	appendWait(t, s, at.Rows("s", 10, 20, 30)...)
+	must(t, s.Seal(ctx, "s"))
+	<-entered
+	done := make(chan archive.AppendResult, 1)
+	go func() {
+		r, err := w.AppendWait(ctx, []archive.SourceRows{{Source: s.ID(), Rows: at.Rows("s", 25, 50)}}, false)
+		if err != nil {
+			t.Errorf("AppendWait: %v", err)
+		}
+		done <- r
+	}()
+	release()
+	r := <-done
+	eq(t, "late row", r.Streams, []archive.StreamResult{{Source: s.ID(), Stream: "s", Committed: 1, Dropped: 1}})
+	exactlyOnce(t, everyRow(t, w.Path(), s.ID(), "s"), []int64{10, 20, 30, 50})
+	must(t, w.Err())
+}

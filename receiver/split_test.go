@@ -1,0 +1,39 @@
+package receiver
+
+import (
+	"fmt"
+	"reflect"
+	"testing"
+
+	"github.com/prometheus/prometheus/model/labels"
+
+	"github.com/dendro-receiver/dendro-receiver/encoders/promsample"
+)
+
+// The receiver's split must route exactly as promsample.SplitBatch does:
+// readers find a metric's series by that rule.
+func TestSplitAgreesWithSplitBatch(t *testing.T) {
+	var series []promsample.Series
+	var meta []promsample.Metadata
+	for i := 0; i < 300; i++ {
+		name := fmt.Sprintf("metric_%d", i%37)
+		series = append(series, promsample.Series{
+			Labels:  labels.FromStrings(labels.MetricName, name, "i", fmt.Sprint(i)),
+			Samples: []promsample.Sample{{T: int64(i), V: float64(i)}},
+		})
+		if i%5 == 0 {
+			meta = append(meta, promsample.Metadata{MetricFamily: name, Type: "counter"})
+		}
+	}
+	var sc rowScratch
+	for _, buckets := range []int{1, 3, 8, 8, 16, 256} { // 8 twice: reused scratch
+		for _, m := range [][]promsample.Metadata{nil, meta} {
+			want := promsample.SplitBatch(&promsample.Batch{Series: series, Metadata: m}, buckets)
+			got := sc.split(series, m, buckets)
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("buckets %d, %d metadata: split differs from SplitBatch:\n got %d streams\nwant %d streams", buckets, len(m), len(got), len(want))
+			}
+			sc.release()
+		}
+	}
+}
