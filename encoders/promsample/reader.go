@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unsafe"
 
 	"github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/file"
@@ -185,7 +186,17 @@ func openSegment(seg []byte) (*segmentFile, error) {
 				return nil, corruptSegment("column chunk metadata", err)
 			}
 			size, usize := cc.TotalCompressedSize(), cc.TotalUncompressedSize()
-			if cc.HasDictionaryPage() || cc.DataPageOffset() != next || size <= 0 || size > dataEnd-next ||
+			// A dictionary page, if any, comes first (label columns since
+			// dictionary encoding; absent from older segments).
+			start := cc.DataPageOffset()
+			if cc.HasDictionaryPage() {
+				if d := cc.DictionaryPageOffset(); d < start {
+					start = d
+				} else {
+					start = -1
+				}
+			}
+			if start != next || size <= 0 || size > dataEnd-next || cc.DataPageOffset() >= next+size ||
 				usize < 0 || usize > 256*size+1<<16 || cc.NumValues() != rg.NumRows() {
 				return nil, corruptSegment(fmt.Sprintf("row group %d column %d: chunk layout", i, c), nil)
 			}
@@ -648,6 +659,7 @@ func (rr *rowGroupReader) readStrings(rg *file.RowGroupReader, col int, n int64,
 	rr.ba, rr.def = grow(rr.ba, n), grow(rr.def, n)
 	required := cr.Descriptor().MaxDefinitionLevel() == 0
 	prev := ""
+	var prevData *byte
 	var done int64
 	for done < n {
 		levels, nv, err := cr.ReadBatchInPage(n-done, rr.ba, rr.def, nil)
@@ -658,6 +670,7 @@ func (rr *rowGroupReader) readStrings(rg *file.RowGroupReader, col int, n int64,
 			return out, corruptSegment(fmt.Sprintf("column ends after %d of %d rows", done, n), nil)
 		}
 		vi := 0
+		prevData = nil
 		for i := int64(0); i < levels; i++ {
 			if !required && rr.def[i] == 0 {
 				out[done+i] = ""
@@ -668,8 +681,16 @@ func (rr *rowGroupReader) readStrings(rg *file.RowGroupReader, col int, n int64,
 			}
 			b := rr.ba[vi]
 			vi++
-			if string(b) != prev {
-				prev = string(b)
+			// Dictionary-encoded pages hand back the same dictionary
+			// entry for every row of a run: compare bytes only when
+			// the entry changes. Equal address and length mean equal
+			// bytes only among the values of one call (all live at
+			// once), hence prevData is reset per call.
+			if p := unsafe.SliceData(b); p != prevData || len(b) != len(prev) {
+				if string(b) != prev {
+					prev = string(b)
+				}
+				prevData = p
 			}
 			out[done+i] = prev
 		}
