@@ -13,6 +13,10 @@ import (
 	"strings"
 	"unsafe"
 
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/bitutil"
+	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/compress"
 	"github.com/apache/arrow-go/v18/parquet/file"
@@ -346,7 +350,7 @@ func (e *Encoder) write(series []*seriesData, meta []Metadata) (data, index []by
 		return nil, nil, err
 	}
 
-	root, props, err := segmentSchema(labelNames)
+	root, props, err := segmentSchema(labelNames, dictionaryLabels(series))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -373,8 +377,58 @@ func (e *Encoder) write(series []*seriesData, meta []Metadata) (data, index []by
 	return buf.Bytes(), index, nil
 }
 
+// labelDictionary decides whether a label column (or __name__) with rows
+// non-null rows and values distinct values in a segment is
+// dictionary-encoded. Tests replace it to write every column one way:
+// segments sealed before dictionaries use DELTA_BYTE_ARRAY throughout.
+var labelDictionary = func(rows, values int) bool { return rows >= dictRowsPerValue*values }
+
+// dictRowsPerValue is how many rows per distinct value a label column
+// needs for dictionary encoding; below it, DELTA_BYTE_ARRAY. With few rows
+// per value the column is mostly distinct values (a unique id, short
+// series): the dictionary stores each once, LZ4 finds little to share
+// between them, and the bit-packed indices cost bits on every row, while
+// DELTA_BYTE_ARRAY shares prefixes between consecutive values and its
+// repeated rows compress away. Measured on rwload-shaped data plus a
+// random 36-byte id label per series, the whole segment with that column
+// as a dictionary versus delta: 4 rows per series +10%, 16 +2.2%, 32 and
+// 64 +1.5%, 120 -1.9%; the dictionary column still encodes and decodes
+// faster. 32 keeps the size cost at about 1.5% where it is paid.
+const dictRowsPerValue = 32
+
+// dictionaryLabels returns, per label name (labels.MetricName for
+// __name__), whether its column is dictionary-encoded: by default when it
+// has at least dictRowsPerValue rows per distinct value in the segment.
+func dictionaryLabels(series []*seriesData) map[string]bool {
+	type card struct {
+		rows   int
+		values map[string]struct{}
+	}
+	cards := map[string]*card{}
+	for _, s := range series {
+		n := len(s.samples) + len(s.hists)
+		if n == 0 {
+			continue
+		}
+		s.lbls.Range(func(l labels.Label) {
+			c := cards[l.Name]
+			if c == nil {
+				c = &card{values: map[string]struct{}{}}
+				cards[l.Name] = c
+			}
+			c.rows += n
+			c.values[l.Value] = struct{}{}
+		})
+	}
+	dict := make(map[string]bool, len(cards))
+	for name, c := range cards {
+		dict[name] = labelDictionary(c.rows, len(c.values))
+	}
+	return dict
+}
+
 // segmentSchema builds the Parquet schema and writer properties.
-func segmentSchema(labelNames []string) (*schema.GroupNode, *parquet.WriterProperties, error) {
+func segmentSchema(labelNames []string, dict map[string]bool) (*schema.GroupNode, *parquet.WriterProperties, error) {
 	var errs []error
 	node := func(n *schema.PrimitiveNode, err error) schema.Node {
 		errs = append(errs, err)
@@ -389,12 +443,18 @@ func segmentSchema(labelNames []string) (*schema.GroupNode, *parquet.WriterPrope
 		parquet.WithDataPageVersion(parquet.DataPageV1),
 		parquet.WithMaxRowGroupLength(math.MaxInt64),
 		parquet.WithCreatedBy("dendro-receiver " + EncoderVersion),
+		// __name__ and the label columns hold one run per series: a
+		// dictionary page and RLE_DICTIONARY indices (see writeStrings)
+		// where dictionaryLabels chose it, DELTA_BYTE_ARRAY otherwise.
+		parquet.WithDictionaryFor(ColMetric, dict[labels.MetricName]),
 		parquet.WithEncodingFor(ColMetric, parquet.Encodings.DeltaByteArray),
 	}
 	for _, n := range labelNames {
 		col := labelColumn(n)
 		fields = append(fields, node(schema.NewPrimitiveNodeLogical(col, parquet.Repetitions.Optional, str, parquet.Types.ByteArray, -1, -1)))
-		opts = append(opts, parquet.WithEncodingFor(col, parquet.Encodings.DeltaByteArray))
+		opts = append(opts,
+			parquet.WithDictionaryFor(col, dict[n]),
+			parquet.WithEncodingFor(col, parquet.Encodings.DeltaByteArray))
 	}
 	fields = append(fields,
 		node(schema.NewPrimitiveNodeLogical(ColTimestamp, parquet.Repetitions.Required,
@@ -444,7 +504,6 @@ func segmentSchema(labelNames []string) (*schema.GroupNode, *parquet.WriterPrope
 // groups.
 type columnWriter struct {
 	labelNames []string
-	names      []parquet.ByteArray
 	strs       []parquet.ByteArray
 	def        []int16
 	ts         []int64
@@ -462,6 +521,10 @@ type columnWriter struct {
 	intEnds    []int // per series: end of its values in ints
 	tsBreaks   []int // rows before which the timestamp column starts a page
 	intBreaks  []int // likewise for the integer column
+	dictIDs    map[string]int32
+	dict       []string
+	dictIdx    []int32
+	valid      []byte
 }
 
 // Page breaks in the delta-encoded columns. DELTA_BINARY_PACKED packs each
@@ -656,36 +719,12 @@ func (cw *columnWriter) writeRowGroup(w *file.Writer, series []*seriesData) erro
 		cw.hist = append(cw.hist, cw.histBuf[sp.start:sp.end])
 	}
 
-	// __name__
-	cw.names = cw.names[:0]
-	for _, s := range series {
-		name := stringBytes(s.name)
-		for range len(s.samples) + len(s.hists) {
-			cw.names = append(cw.names, name)
-		}
-	}
-	if err := writeByteArray(rg, cw.names, nil); err != nil {
+	// __name__ and the label columns: one value per series.
+	if err := cw.writeStrings(rg, series, true, func(s *seriesData) string { return s.name }); err != nil {
 		return err
 	}
-	// Label columns.
 	for _, ln := range cw.labelNames {
-		cw.strs, cw.def = cw.strs[:0], cw.def[:0]
-		for _, s := range series {
-			n := len(s.samples) + len(s.hists)
-			v := s.lbls.Get(ln)
-			var d int16
-			if v != "" {
-				d = 1
-			}
-			b := stringBytes(v) // once per series, not per row
-			for range n {
-				cw.def = append(cw.def, d)
-				if d == 1 {
-					cw.strs = append(cw.strs, b)
-				}
-			}
-		}
-		if err := writeByteArray(rg, cw.strs, cw.def); err != nil {
+		if err := cw.writeStrings(rg, series, false, func(s *seriesData) string { return s.lbls.Get(ln) }); err != nil {
 			return err
 		}
 	}
@@ -723,6 +762,127 @@ func stringBytes(s string) parquet.ByteArray {
 		return parquet.ByteArray{}
 	}
 	return unsafe.Slice(unsafe.StringData(s), len(s))
+}
+
+// dictEncoder is what writeStrings needs of arrow-go's dictionary encoder
+// (an internal type, reached through ColumnChunkWriter.CurrentEncoder).
+type dictEncoder interface {
+	PutDictionary(values arrow.Array) error
+	NumEntries() int
+}
+
+// writeStrings writes a string column holding one value per series (""
+// is null unless required), repeated on each of the series' rows.
+//
+// The column is dictionary-encoded, and the dictionary is built here, per
+// series: arrow-go's own path hashes every row's value (and allocated per
+// row in v18.8), which cost more CPU than the DELTA_BYTE_ARRAY it replaced.
+// Given the dictionary (PutDictionary, as pqarrow does for Arrow
+// dictionary arrays) the writer only run-length encodes the indices. The
+// page statistics, which WriteDictIndices leaves alone, are filled here
+// from the dictionary: every entry is referenced.
+func (cw *columnWriter) writeStrings(rg file.SerialRowGroupWriter, series []*seriesData, required bool, value func(*seriesData) string) error {
+	c, err := nextColumn[*file.ByteArrayColumnChunkWriter](rg)
+	if err != nil {
+		return err
+	}
+	enc, ok := c.CurrentEncoder().(dictEncoder)
+	if !ok || c.CurrentEncoder().Encoding() != parquet.Encodings.PlainDict || enc.NumEntries() != 0 {
+		// Not dictionary-encoded: one value per row.
+		cw.strs, cw.def = cw.strs[:0], cw.def[:0]
+		for _, s := range series {
+			v := value(s)
+			b := stringBytes(v)
+			for range len(s.samples) + len(s.hists) {
+				if required || v != "" {
+					cw.strs = append(cw.strs, b)
+					cw.def = append(cw.def, 1)
+				} else {
+					cw.def = append(cw.def, 0)
+				}
+			}
+		}
+		def := cw.def
+		if required {
+			def = nil
+		}
+		if _, err := c.WriteBatch(cw.strs, def, nil); err != nil {
+			return err
+		}
+		return c.Close()
+	}
+	if cw.dictIDs == nil {
+		cw.dictIDs = map[string]int32{}
+	}
+	clear(cw.dictIDs)
+	cw.dict, cw.dictIdx, cw.def = cw.dict[:0], cw.dictIdx[:0], cw.def[:0]
+	cw.valid = cw.valid[:0]
+	rows, nulls := 0, 0
+	for _, s := range series {
+		n := len(s.samples) + len(s.hists)
+		v := value(s)
+		id, d := int32(0), int16(1)
+		if v == "" && !required {
+			d = 0
+			nulls += n
+		} else if x, ok := cw.dictIDs[v]; ok {
+			id = x
+		} else {
+			id = int32(len(cw.dict))
+			cw.dictIDs[v] = id
+			cw.dict = append(cw.dict, v)
+		}
+		for range n {
+			cw.dictIdx = append(cw.dictIdx, id)
+			cw.def = append(cw.def, d)
+		}
+		rows += n
+	}
+	var validity *memory.Buffer
+	if nulls > 0 {
+		cw.valid = slices.Grow(cw.valid[:0], int(bitutil.BytesForBits(int64(rows))))[:bitutil.BytesForBits(int64(rows))]
+		clear(cw.valid)
+		for i, d := range cw.def {
+			if d == 1 {
+				bitutil.SetBit(cw.valid, i)
+			}
+		}
+		validity = memory.NewBufferBytes(cw.valid)
+	}
+	db := array.NewBinaryBuilder(memory.DefaultAllocator, arrow.BinaryTypes.Binary)
+	defer db.Release()
+	db.Reserve(len(cw.dict))
+	for _, v := range cw.dict {
+		db.Append(stringBytes(v))
+	}
+	dict := db.NewArray()
+	defer dict.Release()
+	if err := enc.PutDictionary(dict); err != nil {
+		return err
+	}
+	if enc.NumEntries() != len(cw.dict) {
+		return fmt.Errorf("promsample: dictionary of %d values has %d entries", len(cw.dict), enc.NumEntries())
+	}
+	if st := c.PageStatistics(); st != nil && len(cw.dict) > 0 {
+		st.IncNulls(int64(nulls))
+		st.IncNumValues(int64(rows - nulls))
+		if err := st.UpdateFromArrow(dict, false); err != nil {
+			return err
+		}
+	} else if st != nil {
+		st.IncNulls(int64(nulls))
+	}
+	idx := array.NewInt32Data(array.NewData(arrow.PrimitiveTypes.Int32, rows,
+		[]*memory.Buffer{validity, memory.NewBufferBytes(arrow.Int32Traits.CastToBytes(cw.dictIdx))}, nil, nulls, 0))
+	defer idx.Release()
+	def := cw.def
+	if required {
+		def = nil
+	}
+	if err := c.WriteDictIndices(idx, def, nil); err != nil {
+		return err
+	}
+	return c.Close()
 }
 
 func nextColumn[T any](rg file.SerialRowGroupWriter) (T, error) {

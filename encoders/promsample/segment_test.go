@@ -3,6 +3,7 @@ package promsample
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"math"
 	"math/rand/v2"
@@ -10,6 +11,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/apache/arrow-go/v18/parquet"
+	"github.com/apache/arrow-go/v18/parquet/file"
 	pq "github.com/parquet-go/parquet-go"
 	"github.com/prometheus/prometheus/model/labels"
 
@@ -74,9 +77,24 @@ func TestSegmentRoundTrip(t *testing.T) {
 		// Small row groups exercise pruning, multi-group reads and series
 		// split across groups.
 		enc := &Encoder{Opts: Options{RowGroupRows: []int{0, 1, 3, 17}[seed%4]}}
+		// Label columns: each the encoder's choice (with so few rows per
+		// value, mostly DELTA_BYTE_ARRAY), all dictionaries, or all
+		// DELTA_BYTE_ARRAY as segments sealed before dictionaries.
+		mode := (seed / 4) % 3
+		def := labelDictionary
+		switch mode {
+		case 1:
+			labelDictionary = func(int, int) bool { return true }
+		case 2:
+			labelDictionary = func(int, int) bool { return false }
+		}
 		seg, err := archive.Materialize(enc, "samples/00", rows)
+		labelDictionary = def
 		if err != nil {
 			t.Fatalf("seed %d: %v", seed, err)
+		}
+		if mode > 0 {
+			checkLabelEncoding(t, seg.Bytes, func(string) bool { return mode == 1 })
 		}
 		if seg.Rows != int64(len(rows)) || seg.FirstTS != rows[0].TS || seg.LastTS != rows[len(rows)-1].TS {
 			t.Fatalf("seed %d: segment claims %d rows [%d, %d]", seed, seg.Rows, seg.FirstTS, seg.LastTS)
@@ -133,6 +151,38 @@ func TestSegmentRoundTrip(t *testing.T) {
 		checkWithParquetGo(t, seg.Bytes, want)
 		if seed%10 == 0 {
 			checkWithParquetGoFile(t, seg.Bytes)
+		}
+	}
+}
+
+// checkLabelEncoding checks that __name__ and every label column are
+// dictionary-encoded if dict(column name), else DELTA_BYTE_ARRAY.
+func checkLabelEncoding(t *testing.T, seg []byte, dict func(col string) bool) {
+	t.Helper()
+	r, err := file.NewParquetReader(bytes.NewReader(seg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := r.MetaData()
+	for g := 0; g < md.NumRowGroups(); g++ {
+		for c := 0; c < md.RowGroup(g).NumColumns(); c++ {
+			name := md.Schema.Column(c).Name()
+			if _, ok := columnLabel(name); !ok && name != ColMetric {
+				continue
+			}
+			cc, err := md.RowGroup(g).ColumnChunk(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			d := dict(name)
+			want := parquet.Encodings.DeltaByteArray
+			if d {
+				want = parquet.Encodings.RLEDict
+			}
+			if cc.HasDictionaryPage() != d || !slices.Contains(cc.Encodings(), want) {
+				t.Fatalf("row group %d column %s: dictionary page %v, encodings %v; want dictionary %v",
+					g, name, cc.HasDictionaryPage(), cc.Encodings(), d)
+			}
 		}
 	}
 }
@@ -480,4 +530,54 @@ func FuzzReadSegment(f *testing.F) {
 		_, _ = ReadSegment(seg, AllTime())
 		_, _ = ReadSegmentMetadata(seg)
 	})
+}
+
+// TestLabelDictionaryChoice: a segment mixing dictionary-encoded label
+// columns (few values, many rows each) with a DELTA_BYTE_ARRAY one (a
+// unique id per series, fewer than dictRowsPerValue rows each) reads back
+// exactly, with this package's reader and with parquet-go.
+func TestLabelDictionaryChoice(t *testing.T) {
+	const series, samples = 40, dictRowsPerValue / 2
+	var b Batch
+	for i := range series {
+		ls := []string{"__name__", "m_total", "job", []string{"api", "db"}[i%2], "uid", fmt.Sprintf("%08x-4c1e-%012d", i*2654435761, i)}
+		if i%3 != 0 { // a column with nulls
+			ls = append(ls, "zone", []string{"a", "b"}[i%3-1])
+		}
+		s := Series{Labels: labels.FromStrings(ls...)}
+		for j := range samples {
+			s.Samples = append(s.Samples, Sample{T: int64(1000 + j*15000 + i), V: float64(i*j) + 0.25})
+		}
+		b.Series = append(b.Series, s)
+	}
+	batches := []Batch{b}
+	seg, err := archive.Materialize(&Encoder{}, "samples/00", rowsOf(t, batches))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkLabelEncoding(t, seg.Bytes, func(col string) bool { return col != "uid" })
+	want := expected(batches, AllTime())
+	got, err := ReadSegment(seg.Bytes, AllTime())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := diffSeries(got, want); d != "" {
+		t.Fatal(d)
+	}
+	for _, ms := range [][]*labels.Matcher{
+		{labels.MustNewMatcher(labels.MatchEqual, "job", "db")},
+		{labels.MustNewMatcher(labels.MatchEqual, "zone", "")},
+		{labels.MustNewMatcher(labels.MatchRegexp, "uid", ".*-0+7")},
+	} {
+		q := AllTime(ms...)
+		got, err := ReadSegment(seg.Bytes, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := diffSeries(got, expected(batches, q)); d != "" || len(got) == 0 {
+			t.Fatalf("%v: %d series %s", ms, len(got), d)
+		}
+	}
+	checkWithParquetGo(t, seg.Bytes, want)
+	checkWithParquetGoFile(t, seg.Bytes)
 }
