@@ -23,7 +23,10 @@ func gatedTags(t *testing.T) (enc archive.SegmentEncoder, entered <-chan struct{
 	in, rel := make(chan struct{}), make(chan struct{})
 	var enterOnce, releaseOnce sync.Once
 	release = func() { releaseOnce.Do(func() { close(rel) }) }
-	t.Cleanup(release) // a failing test must not leave an encode blocked
+	// A failing test must not leave an encode blocked. Cleanups run after
+	// the writer's close (registered later, run earlier), so tests also
+	// defer release: deferred calls run before any cleanup.
+	t.Cleanup(release)
 	enc = at.EncoderFunc(func(stream string, rows []archive.Row) (*archive.Segment, error) {
 		first := false
 		enterOnce.Do(func() { first = true })
@@ -84,6 +87,7 @@ func TestAppendsCommitWhileASealEncodes(t *testing.T) {
 	ctx := at.Ctx(t)
 	enc, entered, release := gatedTags(t)
 	w, s := newSource(t, archive.WriterOptions{Encoder: enc})
+	defer release() // before the writer's close (a cleanup)
 	appendWait(t, s, at.Rows("s", 1, 2, 3)...)
 	sealed := make(chan []archive.Sealed, 1)
 	go func() { out, _ := w.SealWait(ctx, s.ID(), []string{"s"}); sealed <- out }()
@@ -186,11 +190,18 @@ func TestAnEvictionSentDuringAnEncodeLandsAfterTheSeal(t *testing.T) {
 	ctx := at.Ctx(t)
 	enc, entered, release := gatedTags(t)
 	w, s := newSource(t, archive.WriterOptions{Encoder: enc})
+	// Deferred calls run before cleanups: the writer's close (a cleanup)
+	// must not wait on an encode a failed assertion left gated.
+	defer release()
 	appendWait(t, s, at.Rows("s", 10, 20, 30)...)
 	appendWait(t, s, at.Rows("t", 10, 20, 30)...)
 	sealed := make(chan error, 1)
 	go func() { _, err := w.SealWait(ctx, s.ID(), []string{"s"}); sealed <- err }()
 	<-entered
+	// Appends go through while the encode runs. (Once the eviction below
+	// is queued, messages behind it wait for the seal too: the writer
+	// finishes the seal before it applies the eviction, in message order.)
+	appendWait(t, s, at.Rows("s", 40)...)
 	evicted := make(chan archive.Evicted, 1)
 	go func() {
 		ev, err := w.EvictBefore(ctx, s.ID(), 25)
@@ -199,8 +210,6 @@ func TestAnEvictionSentDuringAnEncodeLandsAfterTheSeal(t *testing.T) {
 		}
 		evicted <- ev
 	}()
-	// Appends still go through while the eviction waits for the seal.
-	appendWait(t, s, at.Rows("s", 40)...)
 	select {
 	case <-evicted:
 		t.Fatal("the eviction was applied before the seal sent ahead of it")
@@ -224,6 +233,7 @@ func TestALateUnstampedRowDuringAnEncodeIsJudgedAfterTheSeal(t *testing.T) {
 	ctx := at.Ctx(t)
 	enc, entered, release := gatedTags(t)
 	w, s := newSource(t, archive.WriterOptions{Encoder: enc})
+	defer release() // before the writer's close (a cleanup)
 	appendWait(t, s, at.Rows("s", 10, 20, 30)...)
 	must(t, s.Seal(ctx, "s"))
 	<-entered
