@@ -252,28 +252,19 @@ type StreamSegment struct {
 // BLOB's overflow-page chain; a reader that has the parsed index cached
 // asks for the catalog only, and for SegmentIndex on a miss.)
 func (tx *ReadTx) SourceSegmentMetas(source SourceID) ([]StreamSegment, error) {
-	rows, err := tx.q.QueryContext(tx.ctx, `SELECT stream, seq, rows, first_ts, last_ts, length(bytes) FROM segments
-		WHERE source_id = ?1 ORDER BY stream, seq`, source)
-	if err != nil {
-		return nil, sqlErr("read segment metas", err)
-	}
-	defer rows.Close()
-	var out []StreamSegment
-	for rows.Next() {
-		var s StreamSegment
-		if err := rows.Scan(&s.Stream, &s.Seq, &s.Rows, &s.FirstTS, &s.LastTS, &s.Size); err != nil {
-			return nil, sqlErr("read segment metas", err)
-		}
-		out = append(out, s)
-	}
-	return out, rows.Err()
+	return tx.streamSegments(`WHERE source_id = ?1 ORDER BY stream, seq`, source)
 }
 
 // StreamSegmentMetas is SourceSegmentMetas for one stream: its segments
 // by seq, catalog only.
 func (tx *ReadTx) StreamSegmentMetas(source SourceID, stream string) ([]StreamSegment, error) {
-	rows, err := tx.q.QueryContext(tx.ctx, `SELECT stream, seq, rows, first_ts, last_ts, length(bytes) FROM segments
-		WHERE source_id = ?1 AND stream = ?2 ORDER BY seq`, source, stream)
+	return tx.streamSegments(`WHERE source_id = ?1 AND stream = ?2 ORDER BY seq`, source, stream)
+}
+
+// streamSegments reads catalog rows (never the bytes or the caller index)
+// selected and ordered by where.
+func (tx *ReadTx) streamSegments(where string, args ...any) ([]StreamSegment, error) {
+	rows, err := tx.q.QueryContext(tx.ctx, `SELECT stream, seq, rows, first_ts, last_ts, length(bytes) FROM segments `+where, args...)
 	if err != nil {
 		return nil, sqlErr("read segment metas", err)
 	}
