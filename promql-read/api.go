@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -32,8 +31,10 @@ type API struct {
 	// slots is the concurrency semaphore: a request holds one slot while it
 	// reads, so at most MaxConcurrency questions decode at once.
 	slots chan struct{}
-	// sampleBufs holds *sampleBufs for SAMPLES answers.
-	sampleBufs sync.Pool
+	// sampleBufs is a bounded free list of SAMPLES answer buffers. Not a
+	// sync.Pool: a whole-metric answer allocates tens of MB, so the GC runs
+	// between requests and would empty a pool every time.
+	sampleBufs chan *sampleBufs
 }
 
 // NewAPI builds the API over a (a read handle; the caller keeps it and
@@ -57,7 +58,7 @@ func NewAPI(a *archive.Archive, opts Options) (*API, error) {
 	})
 	api := &API{opts: opts, q: q, s: q.s, engine: engine, parser: p,
 		slots: make(chan struct{}, opts.MaxConcurrency)}
-	api.sampleBufs.New = func() any { return &sampleBufs{} }
+	api.sampleBufs = make(chan *sampleBufs, maxIdleSampleBufs)
 	return api, nil
 }
 

@@ -132,7 +132,7 @@ func (api *API) sampledRead(ctx context.Context, w http.ResponseWriter, queries 
 		}
 		enc.results[i] = got
 	}
-	bufs := api.sampleBufs.Get().(*sampleBufs)
+	bufs := api.getSampleBufs()
 	defer api.putSampleBufs(bufs)
 	n := enc.size()
 	bufs.raw = slices.Grow(bufs.raw[:0], n)[:n]
@@ -160,14 +160,30 @@ func (api *API) sampledRead(ctx context.Context, w http.ResponseWriter, queries 
 type sampleBufs struct{ raw, out []byte }
 
 // maxPooledBuf bounds the buffers kept for reuse: a rare huge answer's
-// memory goes back to the runtime.
-const maxPooledBuf = 16 << 20
+// memory goes back to the runtime. maxIdleSampleBufs bounds how many are
+// kept: idle memory is at most 2 * maxIdleSampleBufs * maxPooledBuf.
+const (
+	maxPooledBuf      = 16 << 20
+	maxIdleSampleBufs = 2
+)
+
+func (api *API) getSampleBufs() *sampleBufs {
+	select {
+	case b := <-api.sampleBufs:
+		return b
+	default:
+		return &sampleBufs{}
+	}
+}
 
 func (api *API) putSampleBufs(b *sampleBufs) {
 	if cap(b.raw) > maxPooledBuf || cap(b.out) > maxPooledBuf {
 		return
 	}
-	api.sampleBufs.Put(b)
+	select {
+	case api.sampleBufs <- b:
+	default: // enough idle buffers kept
+	}
 }
 
 // streamRead answers in STREAMED_XOR_CHUNKS mode. Memory stays bounded by
