@@ -39,39 +39,31 @@ func reducible(schema int32) bool {
 }
 
 func checkIntHistogram(h *histogram.Histogram) string {
-	if reducible(h.Schema) {
-		// ReduceResolution trusts spans and buckets to agree; validate the
-		// structure at the largest real schema first so bad input cannot
-		// make it index out of range.
-		s := h.Schema
-		h.Schema = histogram.ExponentialSchemaMax
-		if err := h.Validate(); err != nil {
-			return fmt.Sprintf("invalid native histogram: %v", err)
-		}
-		h.Schema = s
-		if err := h.ReduceResolution(histogram.ExponentialSchemaMax); err != nil {
-			return fmt.Sprintf("invalid native histogram: %v", err)
-		}
-	}
-	if err := h.Validate(); err != nil {
-		return fmt.Sprintf("invalid native histogram: %v", err)
-	}
-	return ""
+	return checkHistogram(&h.Schema, h.Validate, func() error { return h.ReduceResolution(histogram.ExponentialSchemaMax) })
 }
 
 func checkFloatHistogram(h *histogram.FloatHistogram) string {
-	if reducible(h.Schema) {
-		s := h.Schema
-		h.Schema = histogram.ExponentialSchemaMax
-		if err := h.Validate(); err != nil {
+	return checkHistogram(&h.Schema, h.Validate, func() error { return h.ReduceResolution(histogram.ExponentialSchemaMax) })
+}
+
+// checkHistogram validates one histogram of either kind through its
+// schema field, Validate and ReduceResolution to ExponentialSchemaMax.
+func checkHistogram(schema *int32, validate, reduce func() error) string {
+	if reducible(*schema) {
+		// ReduceResolution trusts spans and buckets to agree; validate the
+		// structure at the largest real schema first so bad input cannot
+		// make it index out of range.
+		s := *schema
+		*schema = histogram.ExponentialSchemaMax
+		if err := validate(); err != nil {
 			return fmt.Sprintf("invalid native histogram: %v", err)
 		}
-		h.Schema = s
-		if err := h.ReduceResolution(histogram.ExponentialSchemaMax); err != nil {
+		*schema = s
+		if err := reduce(); err != nil {
 			return fmt.Sprintf("invalid native histogram: %v", err)
 		}
 	}
-	if err := h.Validate(); err != nil {
+	if err := validate(); err != nil {
 		return fmt.Sprintf("invalid native histogram: %v", err)
 	}
 	return ""
