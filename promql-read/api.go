@@ -607,49 +607,43 @@ func (s *store) metadata(ctx context.Context, metric string) ([]promsample.Metad
 	}
 	nc := constrainNames(ms)
 	set := map[promsample.Metadata]struct{}{}
-	err := s.a.View(ctx, func(tx *archive.ReadTx) error {
-		c, err := s.catalogFor(tx)
-		if err != nil {
-			return err
-		}
-		return eachStream(c, nc, func(src archive.SourceInfo, st string, metas []archive.StreamSegment) error {
-			for _, m := range metas {
-				id := s.segID(src.ID, m)
-				k := cacheKey{seg: id, kind: kindMetadata}
-				var md []promsample.Metadata
-				if v, ok := s.cache.get(k); ok {
-					md = v.([]promsample.Metadata)
-				} else {
-					b, err := s.segmentBytes(tx, id)
-					if err != nil {
-						return err
-					}
-					if md, err = promsample.ReadSegmentMetadata(b); err != nil {
-						return err
-					}
-					var n int64
-					for _, x := range md {
-						n += int64(len(x.MetricFamily)+len(x.Help)+len(x.Unit)+len(x.Type)) + 64
-					}
-					s.cache.put(k, md, n)
+	err := s.viewStreams(ctx, nc, func(c *catalog, src archive.SourceInfo, st string, metas []archive.StreamSegment) error {
+		for _, m := range metas {
+			id := s.segID(src.ID, m)
+			k := cacheKey{seg: id, kind: kindMetadata}
+			var md []promsample.Metadata
+			if v, ok := s.cache.get(k); ok {
+				md = v.([]promsample.Metadata)
+			} else {
+				b, err := s.segmentBytes(c.tx, id)
+				if err != nil {
+					return err
 				}
+				if md, err = promsample.ReadSegmentMetadata(b); err != nil {
+					return err
+				}
+				var n int64
 				for _, x := range md {
-					set[x] = struct{}{}
+					n += int64(len(x.MetricFamily)+len(x.Help)+len(x.Unit)+len(x.Type)) + 64
 				}
-			}
-			rows, err := tx.LiveWAL(src.ID, st)
-			if err != nil {
-				return err
-			}
-			md, err := promsample.ReadRowsMetadata(rows)
-			if err != nil {
-				return err
+				s.cache.put(k, md, n)
 			}
 			for _, x := range md {
 				set[x] = struct{}{}
 			}
-			return nil
-		})
+		}
+		rows, err := c.tx.LiveWAL(src.ID, st)
+		if err != nil {
+			return err
+		}
+		md, err := promsample.ReadRowsMetadata(rows)
+		if err != nil {
+			return err
+		}
+		for _, x := range md {
+			set[x] = struct{}{}
+		}
+		return nil
 	})
 	if err != nil {
 		return nil, err

@@ -172,61 +172,55 @@ func sortedKeys(set map[string]struct{}) []string {
 func (s *store) metricNames(ctx context.Context, mint, maxt int64, ms []*labels.Matcher) ([]string, error) {
 	nc := constrainNames(ms)
 	set := map[string]struct{}{}
-	err := s.a.View(ctx, func(tx *archive.ReadTx) error {
-		c, err := s.catalogFor(tx)
+	err := s.viewStreams(ctx, nc, func(c *catalog, src archive.SourceInfo, st string, metas []archive.StreamSegment) error {
+		for _, m := range metas {
+			x, err := s.index(c.tx, s.segID(src.ID, m))
+			if err != nil {
+				return err
+			}
+			if !x.Overlaps(mint, maxt) {
+				continue
+			}
+			for i, n := range x.Metrics {
+				if nc.matches(n) && metricInRange(x, i, mint, maxt) {
+					set[n] = struct{}{}
+				}
+			}
+		}
+		if s.cache != nil && s.cache.maxBytes > 0 {
+			tail, err := s.liveTail(c, src.ID, st, metas)
+			if err != nil {
+				return err
+			}
+			var u unpacker
+			for n, e := range tail.byMetric {
+				if _, ok := set[n]; ok || !nc.matches(n) {
+					continue
+				}
+				has, err := e.hasSamplesIn(&u, mint, maxt)
+				if err != nil {
+					return err
+				}
+				if has {
+					set[n] = struct{}{}
+				}
+			}
+			return nil // the cached tail answered for this stream
+		}
+		rows, err := c.tx.LiveWAL(src.ID, st)
 		if err != nil {
 			return err
 		}
-		return eachStream(c, nc, func(src archive.SourceInfo, st string, metas []archive.StreamSegment) error {
-			for _, m := range metas {
-				x, err := s.index(tx, s.segID(src.ID, m))
-				if err != nil {
-					return err
-				}
-				if !x.Overlaps(mint, maxt) {
-					continue
-				}
-				for i, n := range x.Metrics {
-					if nc.matches(n) && metricInRange(x, i, mint, maxt) {
-						set[n] = struct{}{}
-					}
-				}
+		live, err := promsample.ReadRows(rows, promsample.Query{MinT: mint, MaxT: maxt, Matchers: nc.ms})
+		if err != nil {
+			return err
+		}
+		for _, sr := range live {
+			if len(sr.Samples)+len(sr.Histograms) > 0 {
+				set[sr.Labels.Get(labels.MetricName)] = struct{}{}
 			}
-			if s.cache != nil && s.cache.maxBytes > 0 {
-				tail, err := s.liveTail(c, src.ID, st, metas)
-				if err != nil {
-					return err
-				}
-				var u unpacker
-				for n, e := range tail.byMetric {
-					if _, ok := set[n]; ok || !nc.matches(n) {
-						continue
-					}
-					has, err := e.hasSamplesIn(&u, mint, maxt)
-					if err != nil {
-						return err
-					}
-					if has {
-						set[n] = struct{}{}
-					}
-				}
-				return nil // the cached tail answered for this stream
-			}
-			rows, err := tx.LiveWAL(src.ID, st)
-			if err != nil {
-				return err
-			}
-			live, err := promsample.ReadRows(rows, promsample.Query{MinT: mint, MaxT: maxt, Matchers: nc.ms})
-			if err != nil {
-				return err
-			}
-			for _, sr := range live {
-				if len(sr.Samples)+len(sr.Histograms) > 0 {
-					set[sr.Labels.Get(labels.MetricName)] = struct{}{}
-				}
-			}
-			return nil
-		})
+		}
+		return nil
 	})
 	if err != nil {
 		return nil, err

@@ -210,13 +210,20 @@ func matchesAll(ms []*labels.Matcher, ls labels.Labels) bool {
 	return true
 }
 
-// sampleStreams returns the streams of src a question with names must read:
-// every sample stream when the metric names are not a finite set, else the
-// streams promsample.StreamFor names under the source's recorded bucket
-// count. A stream that does not exist simply answers nothing. This trusts
-// "stream_buckets": a source whose bucket count changed without that
-// metadata following would hide a metric's data in another stream.
-// eachStream calls fn, inside the snapshot tx, for every sample stream of
+// viewStreams runs eachStream in one new snapshot, with its catalog.
+func (s *store) viewStreams(ctx context.Context, nc nameConstraint, fn func(c *catalog, src archive.SourceInfo, stream string, segs []archive.StreamSegment) error) error {
+	return s.a.View(ctx, func(tx *archive.ReadTx) error {
+		c, err := s.catalogFor(tx)
+		if err != nil {
+			return err
+		}
+		return eachStream(c, nc, func(src archive.SourceInfo, st string, segs []archive.StreamSegment) error {
+			return fn(c, src, st, segs)
+		})
+	})
+}
+
+// eachStream calls fn, inside the snapshot of c, for every sample stream of
 // every source that the name constraint nc allows, with that stream's
 // sealed segments (catalog only, by seq; one catalog query per source).
 func eachStream(c *catalog, nc nameConstraint, fn func(src archive.SourceInfo, stream string, segs []archive.StreamSegment) error) error {
@@ -256,6 +263,12 @@ func eachStream(c *catalog, nc nameConstraint, fn func(src archive.SourceInfo, s
 	return nil
 }
 
+// sampleStreams returns the streams of src a question with names must read:
+// every sample stream when the metric names are not a finite set, else the
+// streams promsample.StreamFor names under the source's recorded bucket
+// count. A stream that does not exist simply answers nothing. This trusts
+// "stream_buckets": a source whose bucket count changed without that
+// metadata following would hide a metric's data in another stream.
 func sampleStreams(c *catalog, src archive.SourceInfo, nc nameConstraint) ([]string, error) {
 	if nc.all {
 		all, err := c.streams(src.ID)
@@ -284,20 +297,14 @@ func (s *store) selectSeries(ctx context.Context, p selectParams) ([]*series, er
 	if !nc.all && len(nc.names) == 0 {
 		return nil, nil
 	}
-	err := s.a.View(ctx, func(tx *archive.ReadTx) error {
-		c, err := s.catalogFor(tx)
-		if err != nil {
+	err := s.viewStreams(ctx, nc, func(c *catalog, src archive.SourceInfo, st string, segs []archive.StreamSegment) error {
+		if err := ctx.Err(); err != nil {
 			return err
 		}
-		return eachStream(c, nc, func(src archive.SourceInfo, st string, segs []archive.StreamSegment) error {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			if err := s.readStream(c, src.ID, st, segs, p, nc, acc); err != nil {
-				return fmt.Errorf("source %d stream %s: %w", src.ID, st, err)
-			}
-			return nil
-		})
+		if err := s.readStream(c, src.ID, st, segs, p, nc, acc); err != nil {
+			return fmt.Errorf("source %d stream %s: %w", src.ID, st, err)
+		}
+		return nil
 	})
 	if err != nil {
 		return nil, err
