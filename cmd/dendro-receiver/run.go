@@ -19,6 +19,7 @@ import (
 	"github.com/alecthomas/kingpin/v2"
 	"github.com/alecthomas/units"
 	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/chi/v5/middleware"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -321,6 +322,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	// hardened unit) must not blank every other metric of the scrape.
 	r.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg, ErrorHandling: promhttp.ContinueOnError,
 		ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}))
+	// Go's profiles, where Prometheus serves them, so an operator can see
+	// where a busy receiver spends its time (behind --web.config.file's
+	// auth like every other path).
+	r.Mount("/debug", middleware.Profiler())
 	r.Get("/-/healthy", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "Healthy.\n") })
 	r.Get("/-/ready", func(w http.ResponseWriter, _ *http.Request) {
 		if !ready.Load() {
