@@ -18,6 +18,10 @@ type collector struct {
 	byKey map[string]*seriesData
 	meta  map[Metadata]struct{}
 	key   []byte
+	// pack: float samples are held packed (packedSamples), for the encoder,
+	// which holds a whole segment's samples; readers, which hand the
+	// samples out, collect them as []Sample.
+	pack bool
 }
 
 // seriesData is one series in canonical form.
@@ -25,12 +29,67 @@ type seriesData struct {
 	lbls      labels.Labels
 	name      string // __name__
 	samples   []Sample
+	packed    packedSamples // float samples in a packing collector (samples is then empty until finish)
 	hists     []Histogram
 	exemplars []Exemplar
 }
 
 func newCollector() *collector {
 	return &collector{byKey: make(map[string]*seriesData), meta: make(map[Metadata]struct{})}
+}
+
+// newPackingCollector returns a collector that holds float samples packed.
+func newPackingCollector() *collector {
+	c := newCollector()
+	c.pack = true
+	return c
+}
+
+// addSample adds one float sample to sd.
+func (c *collector) addSample(sd *seriesData, t int64, v float64) {
+	if c.pack {
+		sd.packed.add(t, v)
+		return
+	}
+	sd.samples = append(sd.samples, Sample{T: t, V: v})
+}
+
+// numSamples is sd's float sample count, packed or not.
+func (sd *seriesData) numSamples() int { return len(sd.samples) + sd.packed.n }
+
+// numRows is sd's Parquet row count: a row per float sample or histogram.
+func (sd *seriesData) numRows() int { return sd.numSamples() + len(sd.hists) }
+
+// sampleSpan returns the least and greatest float sample timestamps (ok
+// false without samples).
+func (sd *seriesData) sampleSpan() (minT, maxT int64, ok bool) {
+	minT, maxT = math.MaxInt64, math.MinInt64
+	if sd.packed.n > 0 {
+		minT, maxT, ok = sd.packed.minT, sd.packed.maxT, true
+	}
+	for _, s := range sd.samples {
+		minT, maxT, ok = min(minT, s.T), max(maxT, s.T), true
+	}
+	return minT, maxT, ok
+}
+
+// unpack moves sd's packed samples into samples.
+func (sd *seriesData) unpack() {
+	if sd.packed.n == 0 {
+		return
+	}
+	sd.samples = sd.packed.unpack(sd.samples)
+	sd.packed = packedSamples{}
+}
+
+// samplesInto returns sd's float samples in canonical order, decoding
+// packed ones into scratch (which it may grow and returns too).
+func (sd *seriesData) samplesInto(scratch []Sample) (samples, grown []Sample) {
+	if sd.packed.n == 0 {
+		return sd.samples, scratch
+	}
+	scratch = sd.packed.unpack(scratch[:0])
+	return scratch, scratch
 }
 
 func (c *collector) add(b *Batch) {
@@ -42,7 +101,13 @@ func (c *collector) add(b *Batch) {
 			sd = &seriesData{lbls: s.Labels, name: s.Labels.Get(labels.MetricName)}
 			c.byKey[string(c.key)] = sd
 		}
-		sd.samples = append(sd.samples, s.Samples...)
+		if c.pack {
+			for _, smp := range s.Samples {
+				sd.packed.add(smp.T, smp.V)
+			}
+		} else {
+			sd.samples = append(sd.samples, s.Samples...)
+		}
 		sd.hists = append(sd.hists, s.Histograms...)
 		sd.exemplars = append(sd.exemplars, s.Exemplars...)
 	}
@@ -62,6 +127,12 @@ func (c *collector) finish() ([]*seriesData, []Metadata) {
 	out := make([]*seriesData, 0, len(c.byKey))
 	var scratchA, scratchB []byte
 	for _, sd := range c.byKey {
+		// Packed samples that arrived in strictly increasing time are
+		// canonical already and stay packed; others (late or retried
+		// samples: rare) are unpacked and sorted here.
+		if !sd.packed.ordered {
+			sd.unpack()
+		}
 		sd.samples = canonicalSamples(sd.samples)
 		sd.hists, scratchA, scratchB = canonicalHistograms(sd.hists, scratchA, scratchB)
 		sd.exemplars = canonicalExemplars(sd.exemplars)

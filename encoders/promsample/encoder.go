@@ -107,7 +107,7 @@ const MaxRowGroupRows = 1 << 20
 func splitLongSeries(series []*seriesData, maxRows int) []*seriesData {
 	long := false
 	for _, s := range series {
-		if len(s.samples)+len(s.hists) > maxRows {
+		if s.numRows() > maxRows {
 			long = true
 			break
 		}
@@ -117,10 +117,11 @@ func splitLongSeries(series []*seriesData, maxRows int) []*seriesData {
 	}
 	var out []*seriesData
 	for _, s := range series {
-		if len(s.samples)+len(s.hists) <= maxRows {
+		if s.numRows() <= maxRows {
 			out = append(out, s)
 			continue
 		}
+		s.unpack() // rare (a series longer than four row groups): cut it as a []Sample
 		i, j := 0, 0
 		first := true
 		for i < len(s.samples) || j < len(s.hists) {
@@ -151,7 +152,7 @@ func (e *Encoder) Encode(stream string, rows []archive.Row) (*archive.Segment, e
 	if len(rows) == 0 {
 		return nil, nil
 	}
-	c := newCollector()
+	c := newPackingCollector()
 	rc := newRowCollector(c)
 	for i := range rows {
 		if err := rc.add(rows[i].Data); err != nil {
@@ -184,7 +185,7 @@ func (e *Encoder) Merge(stream string, segs []archive.StoredSegment) (*archive.S
 	if n < 2 {
 		return nil, n, nil
 	}
-	c := newCollector()
+	c := newPackingCollector()
 	all := Query{MinT: math.MinInt64, MaxT: math.MaxInt64}
 	var rows int64
 	for _, s := range segs[:n] {
@@ -272,7 +273,7 @@ func (e *Encoder) write(series []*seriesData, meta []Metadata) (data, index []by
 	var g RowGroupInfo
 	g.MinT, g.MaxT = math.MaxInt64, math.MinInt64
 	for i, s := range series {
-		n := len(s.samples) + len(s.hists)
+		n := s.numRows()
 		if curRows > 0 && (curRows >= target || (curRows >= target/4 && s.name != series[i-1].name)) {
 			cur.to = i
 			plans = append(plans, cur)
@@ -295,8 +296,8 @@ func (e *Encoder) write(series []*seriesData, meta []Metadata) (data, index []by
 		g.Rows += int64(n)
 		g.Series++
 		curRows += n
-		for _, smp := range s.samples {
-			g.MinT, g.MaxT = min(g.MinT, smp.T), max(g.MaxT, smp.T)
+		if lo, hi, ok := s.sampleSpan(); ok {
+			g.MinT, g.MaxT = min(g.MinT, lo), max(g.MaxT, hi)
 		}
 		for _, h := range s.hists {
 			g.MinT, g.MaxT = min(g.MinT, h.T), max(g.MaxT, h.T)
@@ -305,7 +306,7 @@ func (e *Encoder) write(series []*seriesData, meta []Metadata) (data, index []by
 		for _, ex := range s.exemplars {
 			idx.MinT, idx.MaxT = min(idx.MinT, ex.T), max(idx.MaxT, ex.T)
 		}
-		idx.Samples += int64(len(s.samples))
+		idx.Samples += int64(s.numSamples())
 		idx.Histograms += int64(len(s.hists))
 		idx.Exemplars += int64(len(s.exemplars))
 	}
@@ -406,7 +407,7 @@ func dictionaryLabels(series []*seriesData) map[string]bool {
 	}
 	cards := map[string]*card{}
 	for _, s := range series {
-		n := len(s.samples) + len(s.hists)
+		n := s.numRows()
 		if n == 0 {
 			continue
 		}
@@ -525,6 +526,7 @@ type columnWriter struct {
 	dict       []string
 	dictIdx    []int32
 	valid      []byte
+	unpacked   []Sample // one packed series' samples, decoded
 }
 
 // Page breaks in the delta-encoded columns. DELTA_BINARY_PACKED packs each
@@ -587,7 +589,7 @@ func (cw *columnWriter) planBreaks(series []*seriesData) {
 	var ts, in deltaStats
 	intStart := 0
 	for si, s := range series {
-		n := len(s.samples) + len(s.hists)
+		n := s.numRows()
 		ts, in = deltaStats{}, deltaStats{}
 		for _, t := range cw.ts[row : row+n] {
 			ts.add(t)
@@ -656,7 +658,7 @@ func writeInt64Paged(rg file.SerialRowGroupWriter, vals []int64, def []int16, br
 func (cw *columnWriter) writeRowGroup(w *file.Writer, series []*seriesData) error {
 	rows := 0
 	for _, s := range series {
-		rows += len(s.samples) + len(s.hists)
+		rows += s.numRows()
 	}
 	if rows == 0 {
 		return nil
@@ -673,12 +675,14 @@ func (cw *columnWriter) writeRowGroup(w *file.Writer, series []*seriesData) erro
 	type span struct{ start, end int }
 	var hspans []span
 	for _, s := range series {
-		div := chooseDivisor(s.samples)
+		var samples []Sample
+		samples, cw.unpacked = s.samplesInto(cw.unpacked)
+		div := chooseDivisor(samples)
 		i, j := 0, 0
-		for i < len(s.samples) || j < len(s.hists) {
-			if j >= len(s.hists) || (i < len(s.samples) && s.samples[i].T <= s.hists[j].T) {
-				v := s.samples[i].V
-				cw.ts = append(cw.ts, s.samples[i].T)
+		for i < len(samples) || j < len(s.hists) {
+			if j >= len(s.hists) || (i < len(samples) && samples[i].T <= s.hists[j].T) {
+				v := samples[i].V
+				cw.ts = append(cw.ts, samples[i].T)
 				if iv, ok := scaledInt(v, div); ok {
 					cw.ints = append(cw.ints, iv)
 					cw.idef, cw.fdef = append(cw.idef, 1), append(cw.fdef, 0)
@@ -793,7 +797,7 @@ func (cw *columnWriter) writeStrings(rg file.SerialRowGroupWriter, series []*ser
 		for _, s := range series {
 			v := value(s)
 			b := stringBytes(v)
-			for range len(s.samples) + len(s.hists) {
+			for range s.numRows() {
 				if required || v != "" {
 					cw.strs = append(cw.strs, b)
 					cw.def = append(cw.def, 1)
@@ -819,7 +823,7 @@ func (cw *columnWriter) writeStrings(rg file.SerialRowGroupWriter, series []*ser
 	cw.valid = cw.valid[:0]
 	rows, nulls := 0, 0
 	for _, s := range series {
-		n := len(s.samples) + len(s.hists)
+		n := s.numRows()
 		v := value(s)
 		id, d := int32(0), int16(1)
 		if v == "" && !required {

@@ -483,10 +483,17 @@ func (rc *rowCollector) add(row []byte) error {
 			break
 		}
 		if n := r.count(2); n > 0 {
-			sd.samples = slices.Grow(sd.samples, n)
-			for range n {
-				prevT += r.varint()
-				sd.samples = append(sd.samples, Sample{T: prevT, V: r.value()})
+			if rc.c.pack {
+				for range n {
+					prevT += r.varint()
+					sd.packed.add(prevT, r.value())
+				}
+			} else {
+				sd.samples = slices.Grow(sd.samples, n)
+				for range n {
+					prevT += r.varint()
+					sd.samples = append(sd.samples, Sample{T: prevT, V: r.value()})
+				}
 			}
 		}
 		if n := r.count(16); n > 0 {
