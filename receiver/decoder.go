@@ -66,10 +66,9 @@ type Decoder struct {
 	// for the duration of one Decode: everything kept from it is copied
 	// (labels by the ScratchBuilder, strings by the gogo decoders).
 	bufs sync.Pool
-	// v1 is a bounded free list, not a sync.Pool: a v1Decoder carries a
-	// label cache that should survive garbage collections. Capacity bounds
+	// v1 holds idle v1Decoders, each with its label cache. Capacity bounds
 	// the caches' memory (capacity x maxCacheBytes).
-	v1 chan *v1Decoder
+	v1 *freeList[*v1Decoder]
 	v2 sync.Pool // *v2Decoder
 }
 
@@ -92,7 +91,7 @@ func NewDecoder(o Options) (*Decoder, error) {
 }
 
 func newDecoder(o Options) *Decoder {
-	return &Decoder{opts: o, v1: make(chan *v1Decoder, max(4, runtime.GOMAXPROCS(0)))}
+	return &Decoder{opts: o, v1: newFreeList[*v1Decoder](max(4, runtime.GOMAXPROCS(0)))}
 }
 
 // Decode decodes and validates a snappy-block-compressed body holding a
@@ -134,18 +133,11 @@ func (d *Decoder) DecodeMessage(p Protocol, msg []byte) (*Request, error) {
 	}
 	switch p {
 	case ProtocolV1:
-		var v *v1Decoder
-		select {
-		case v = <-d.v1:
-		default:
+		v, ok := d.v1.get()
+		if !ok {
 			v = newV1Decoder()
 		}
-		defer func() {
-			select {
-			case d.v1 <- v:
-			default: // list full: drop it, cache and all
-			}
-		}()
+		defer d.v1.put(v)
 		return v.decode(msg, d.opts.AllowUTF8NamesV1)
 	case ProtocolV2:
 		v, _ := d.v2.Get().(*v2Decoder)

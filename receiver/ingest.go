@@ -86,27 +86,21 @@ type Ingester struct {
 	buckets  map[archive.SourceID]int
 	accounts map[streamKey]*archive.SegmentAccount
 
-	// scratch is a bounded free list, not a sync.Pool: a rowScratch's
-	// encoder carries a label cache that should survive garbage
-	// collections. Capacity bounds the caches' memory.
-	scratch chan *rowScratch
+	// scratch holds idle rowScratches, each with its encoder's label
+	// cache. Capacity bounds the caches' memory.
+	scratch *freeList[*rowScratch]
 }
 
 func (in *Ingester) getScratch() *rowScratch {
-	select {
-	case sc := <-in.scratch:
+	if sc, ok := in.scratch.get(); ok {
 		return sc
-	default:
-		return new(rowScratch)
 	}
+	return new(rowScratch)
 }
 
 func (in *Ingester) putScratch(sc *rowScratch) {
 	sc.release()
-	select {
-	case in.scratch <- sc:
-	default: // list full: drop it, cache and all
-	}
+	in.scratch.put(sc)
 }
 
 // rowScratch is what encoding one request's rows reuses: the row encoder
@@ -222,7 +216,7 @@ func NewIngester(ctx context.Context, opts IngestOptions) (*Ingester, error) {
 	in := &Ingester{opts: opts, enc: &promsample.Encoder{}, log: opts.Logger,
 		sources: map[string]archive.SourceID{}, buckets: map[archive.SourceID]int{},
 		accounts: map[streamKey]*archive.SegmentAccount{}}
-	in.scratch = make(chan *rowScratch, max(4, runtime.GOMAXPROCS(0)))
+	in.scratch = newFreeList[*rowScratch](max(4, runtime.GOMAXPROCS(0)))
 
 	type resumable struct {
 		id      archive.SourceID
