@@ -746,3 +746,39 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// TestDecoderAcrossRequestShapes: a decoder sizes its slabs from the last
+// message it decoded; requests of very different densities in turn must
+// each decode exactly.
+func TestDecoderAcrossRequestShapes(t *testing.T) {
+	d, _ := NewDecoder(Options{})
+	shapes := []struct{ series, per int }{{1, 1000}, {1000, 1}, {3, 5000}, {2000, 4}, {1, 1}, {500, 40}}
+	for round := range 2 {
+		for _, sh := range shapes {
+			wr := benchRequestV1(sh.series, sh.per)
+			var want []promsample.Series
+			for _, ts := range wr.Timeseries {
+				sb := labels.NewScratchBuilder(len(ts.Labels))
+				for _, l := range ts.Labels {
+					sb.Add(l.Name, l.Value)
+				}
+				sb.Sort()
+				s := promsample.Series{Labels: sb.Labels()}
+				for _, x := range ts.Samples {
+					s.Samples = append(s.Samples, promsample.Sample{T: x.Timestamp, V: x.Value})
+				}
+				want = append(want, s)
+			}
+			req, err := d.Decode(ProtocolV1, encodeV1(t, wr))
+			if err != nil {
+				t.Fatalf("round %d, %d x %d: %v", round, sh.series, sh.per, err)
+			}
+			if diff := diffSeries(req.Series, want); diff != "" {
+				t.Fatalf("round %d, %d x %d: %s", round, sh.series, sh.per, diff)
+			}
+			if req.Counts.Samples != sh.series*sh.per {
+				t.Fatalf("round %d, %d x %d: counted %d samples", round, sh.series, sh.per, req.Counts.Samples)
+			}
+		}
+	}
+}
