@@ -191,15 +191,15 @@ func (v *v1Decoder) series(idx int, b []byte) error {
 	o := seriesOffsets{s0: len(v.samples), h0: len(v.hists), e0: len(v.exs)}
 	key := labelPrefix(b)
 	if len(key) > 0 {
-		if ls, ok := v.cache.get(key); ok {
-			err := v.seriesFields(idx, b[len(key):], o, ls, true, 0)
+		if ent, ok := v.cache.get(key); ok {
+			err := v.seriesFields(idx, b[len(key):], o, ent, 0)
 			if err != errLateLabels {
 				return err
 			}
 			v.samples, v.hists, v.exs = v.samples[:o.s0], v.hists[:o.h0], v.exs[:o.e0]
 		}
 	}
-	return v.seriesFields(idx, b, o, labels.EmptyLabels(), false, len(key))
+	return v.seriesFields(idx, b, o, nil, len(key))
 }
 
 // labelPrefix returns the leading run of well-formed label fields of a
@@ -222,7 +222,8 @@ func labelPrefix(b []byte) []byte {
 // seriesFields decodes the fields of a TimeSeries. With cached set, b
 // follows the label prefix and ls are its labels; otherwise b is the whole
 // TimeSeries and its first prefixEnd bytes are the label prefix.
-func (v *v1Decoder) seriesFields(idx int, b []byte, o seriesOffsets, ls labels.Labels, cached bool, prefixEnd int) error {
+func (v *v1Decoder) seriesFields(idx int, b []byte, o seriesOffsets, ent *cachedLabels, prefixEnd int) error {
+	cached := ent != nil
 	v.sl.reset(v.scheme)
 	all := b
 	cacheable := !cached && prefixEnd > 0 // until a label turns up beyond the prefix
@@ -288,20 +289,24 @@ func (v *v1Decoder) seriesFields(idx int, b []byte, o seriesOffsets, ls labels.L
 			v.hists = append(v.hists, ph)
 		}
 	}
-	if !cached {
+	var ls labels.Labels
+	var hint *promsample.SeriesHint
+	if cached {
+		ls, hint = ent.ls, &ent.hint
+	} else {
 		var r string
 		if ls, r = v.sl.labels(); r != "" {
 			return invalid(idx, "%s", r)
 		}
 		if cacheable {
-			v.cache.put(all[:prefixEnd], ls)
+			hint = &v.cache.put(all[:prefixEnd], ls).hint
 		}
 	}
 	o.s1, o.h1, o.e1 = len(v.samples), len(v.hists), len(v.exs)
 	if o.s0 == o.s1 && o.h0 == o.h1 && o.e0 == o.e1 {
 		return nil // nothing to store; labels were still validated
 	}
-	v.req.Series = append(v.req.Series, promsample.Series{Labels: ls})
+	v.req.Series = append(v.req.Series, promsample.Series{Labels: ls, Hint: hint})
 	v.offs = append(v.offs, o)
 	return nil
 }
@@ -452,8 +457,15 @@ func (v *v1Decoder) metadata(idx int, b []byte) error {
 // scheme are put, and labels.Labels are immutable, so entries are shared
 // with Sinks freely. Bounded: when full it starts over.
 type labelCache struct {
-	m     map[string]labels.Labels
+	m     map[string]*cachedLabels
 	bytes int
+}
+
+// cachedLabels is a cached label set and the hint row encoders keep for
+// it (promsample.SeriesHint), handed out with every Series holding it.
+type cachedLabels struct {
+	ls   labels.Labels
+	hint promsample.SeriesHint
 }
 
 const (
@@ -461,16 +473,18 @@ const (
 	maxCacheBytes   = 4 << 20 // ~10k series of rwload's shape
 )
 
-func (c *labelCache) get(key []byte) (labels.Labels, bool) {
-	ls, ok := c.m[string(key)] // no allocation for the lookup
-	return ls, ok
+func (c *labelCache) get(key []byte) (*cachedLabels, bool) {
+	ent, ok := c.m[string(key)] // no allocation for the lookup
+	return ent, ok
 }
 
-func (c *labelCache) put(key []byte, ls labels.Labels) {
-	cost := 2*len(key) + 64 // key, labels of about the key's size, map overhead
+func (c *labelCache) put(key []byte, ls labels.Labels) *cachedLabels {
+	cost := 2*len(key) + 80 // key, labels of about the key's size, entry, map overhead
 	if c.m == nil || len(c.m) >= maxCacheEntries || c.bytes+cost > maxCacheBytes {
-		c.m, c.bytes = make(map[string]labels.Labels), 0
+		c.m, c.bytes = make(map[string]*cachedLabels), 0
 	}
-	c.m[string(key)] = ls
+	ent := &cachedLabels{ls: ls}
+	c.m[string(key)] = ent
 	c.bytes += cost
+	return ent
 }

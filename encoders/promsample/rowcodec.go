@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"slices"
 
 	"github.com/klauspost/compress/s2"
@@ -61,9 +62,11 @@ type BatchEncoder struct {
 	gid      map[string]uint32 // string -> global id
 	gstr     []string          // global id -> string
 	gbytes   int               // bytes of gstr
-	sets     map[uint64]labelSet
-	arena    []uint32 // global ids of the cached label sets (name, value...)
-	local    []uint32 // global id -> this row's id, valid when localGen matches
+	sets     map[uint64]int32  // labels hash -> slot
+	slots    []labelSet        // the cached label sets
+	tag      uint32            // identifies this encoder in SeriesHints; never 0
+	arena    []uint32          // global ids of the cached label sets (name, value...)
+	local    []uint32          // global id -> this row's id, valid when localGen matches
 	localGen []uint32
 	gen      uint32 // the current row
 	nstr     uint64 // strings in this row's table
@@ -89,8 +92,11 @@ func (e *BatchEncoder) resetCache() {
 		return
 	}
 	e.gid, e.gstr, e.gbytes = make(map[string]uint32), e.gstr[:0], 0
-	e.sets, e.arena = make(map[uint64]labelSet), e.arena[:0]
+	e.sets, e.slots, e.arena = make(map[uint64]int32), e.slots[:0], e.arena[:0]
 	e.local, e.localGen = nil, nil
+	for e.tag == 0 {
+		e.tag = rand.Uint32()
+	}
 }
 
 // intern returns s's global id.
@@ -125,18 +131,29 @@ func (e *BatchEncoder) ref(g uint32) {
 }
 
 // seriesLabels appends a series' labels: from the cache when the set was
-// seen before.
-func (e *BatchEncoder) seriesLabels(ls labels.Labels) {
-	h := ls.Hash()
-	set, ok := e.sets[h]
-	if !ok || !labels.Equal(set.ls, ls) {
-		off := len(e.arena)
-		ls.Range(func(l labels.Label) {
-			e.arena = append(e.arena, e.intern(l.Name), e.intern(l.Value))
-		})
-		set = labelSet{ls: ls, off: int32(off), n: int32(len(e.arena) - off)}
-		if !ok { // a colliding set stays uncached
-			e.sets[h] = set
+// seen before, found through hint when it points at this encoder's entry
+// for the same labels.
+func (e *BatchEncoder) seriesLabels(ls labels.Labels, hint *SeriesHint) {
+	set, found := e.hinted(ls, hint)
+	if !found {
+		h := ls.Hash()
+		slot, ok := e.sets[h]
+		if ok && labels.Equal(e.slots[slot].ls, ls) {
+			set = e.slots[slot]
+		} else {
+			off := len(e.arena)
+			ls.Range(func(l labels.Label) {
+				e.arena = append(e.arena, e.intern(l.Name), e.intern(l.Value))
+			})
+			set = labelSet{ls: ls, off: int32(off), n: int32(len(e.arena) - off)}
+			if !ok { // a colliding set stays uncached
+				slot = int32(len(e.slots))
+				e.slots = append(e.slots, set)
+				e.sets[h] = slot
+			}
+		}
+		if hint != nil && labels.Equal(e.slots[slot].ls, ls) {
+			hint.v[e.tag&1].Store(uint64(e.tag)<<32 | uint64(slot))
 		}
 	}
 	ids := e.arena[set.off : set.off+set.n]
@@ -144,6 +161,22 @@ func (e *BatchEncoder) seriesLabels(ls labels.Labels) {
 	for _, g := range ids {
 		e.ref(g)
 	}
+}
+
+// hinted returns the cached set hint points at, if it is this encoder's
+// and holds exactly ls. The labels are compared, never trusted: a hint may
+// be stale (the cache was reset) or another encoder's whose tag collides.
+// Equal is cheap here: a receiver's cached labels share their bytes.
+func (e *BatchEncoder) hinted(ls labels.Labels, hint *SeriesHint) (labelSet, bool) {
+	if hint == nil {
+		return labelSet{}, false
+	}
+	v := hint.v[e.tag&1].Load()
+	slot := uint32(v)
+	if uint32(v>>32) != e.tag || int(slot) >= len(e.slots) || !labels.Equal(e.slots[slot].ls, ls) {
+		return labelSet{}, false
+	}
+	return e.slots[slot], true
 }
 
 // EncodeBatch encodes b as one self-contained, compressed wal row.
@@ -176,7 +209,7 @@ func (e *BatchEncoder) Append(dst []byte, b *Batch) ([]byte, error) {
 	var prevT int64
 	for i := range b.Series {
 		s := &b.Series[i]
-		e.seriesLabels(s.Labels)
+		e.seriesLabels(s.Labels, s.Hint)
 		e.body = binary.AppendUvarint(e.body, uint64(len(s.Samples)))
 		for _, smp := range s.Samples {
 			e.body = binary.AppendVarint(e.body, smp.T-prevT)

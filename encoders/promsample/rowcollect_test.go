@@ -2,7 +2,9 @@ package promsample
 
 import (
 	"bytes"
+	"fmt"
 	"math/rand/v2"
+	"sync"
 	"testing"
 
 	"github.com/dendro-receiver/dendro-receiver/archive"
@@ -85,5 +87,93 @@ func TestBatchEncoderReuseWritesWhatAFreshOneWrites(t *testing.T) {
 	}
 	if len(reused.sets) == 0 {
 		t.Fatal("the label set cache stayed empty")
+	}
+}
+
+// SeriesHints are only hints: encoders sharing them, hints that point at
+// another label set (stale, or shared by mistake between two sets) and
+// hints of a reset cache must all write exactly what an unhinted fresh
+// encoder writes.
+func TestSeriesHintsNeverChangeARow(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 1))
+	batches := randBatches(r, 100)
+	// One hint per distinct label set, as a receiver's cache keeps them,
+	// and one hint shared by every set (always wrong but for one).
+	perSet := map[string]*SeriesHint{}
+	var shared SeriesHint
+	withHints := func(i int, wrong bool) Batch {
+		b := batches[i]
+		b.Series = append([]Series(nil), b.Series...)
+		for j := range b.Series {
+			h := &shared
+			if !wrong {
+				k := b.Series[j].Labels.String()
+				if perSet[k] == nil {
+					perSet[k] = new(SeriesHint)
+				}
+				h = perSet[k]
+			}
+			b.Series[j].Hint = h
+		}
+		return b
+	}
+	// A right hint is used: after one encode, each set is found through it.
+	var one BatchEncoder
+	b0 := withHints(0, false)
+	if _, err := one.Append(nil, &b0); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range b0.Series {
+		if _, ok := one.hinted(s.Labels, s.Hint); !ok {
+			t.Fatalf("series %v: its hint does not find it", s.Labels)
+		}
+	}
+	var hintMu sync.Mutex // perSet is shared by the encoders below
+	encs := make([]BatchEncoder, 3)
+	var wg sync.WaitGroup
+	errs := make(chan error, len(encs))
+	for w := range encs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for round := range 3 {
+				for i := range batches {
+					hintMu.Lock()
+					b := withHints(i, (i+w+round)%4 == 0)
+					hintMu.Unlock()
+					want, err := EncodeBatch(&batches[i])
+					if err != nil {
+						errs <- err
+						return
+					}
+					got, err := encs[w].Append(nil, &b)
+					if err != nil {
+						errs <- err
+						return
+					}
+					if !bytes.Equal(got, want) {
+						errs <- fmt.Errorf("encoder %d round %d batch %d: a hinted encode wrote other bytes", w, round, i)
+						return
+					}
+				}
+				if round == 1 {
+					encs[w].gid = nil // force a cache reset: every hint goes stale
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	hits := 0
+	for _, h := range perSet {
+		if h.v[0].Load() != 0 || h.v[1].Load() != 0 {
+			hits++
+		}
+	}
+	if hits == 0 {
+		t.Fatal("no hint was ever set")
 	}
 }
