@@ -648,7 +648,18 @@ func (r *reader) fail(detail string) {
 	r.b = nil
 }
 
+// uvarint reads one uvarint. Most of a row's are one byte (string
+// references, counts, small deltas): that case is inlined. After a failure
+// r.b is nil, so the sticky error is kept by the slow path.
 func (r *reader) uvarint() uint64 {
+	if b := r.b; len(b) > 0 && b[0] < 0x80 {
+		r.b = b[1:]
+		return uint64(b[0])
+	}
+	return r.uvarintSlow()
+}
+
+func (r *reader) uvarintSlow() uint64 {
 	if r.err != nil {
 		return 0
 	}
@@ -661,7 +672,16 @@ func (r *reader) uvarint() uint64 {
 	return v
 }
 
+// varint reads one zigzag varint; one byte inlined, as uvarint.
 func (r *reader) varint() int64 {
+	if b := r.b; len(b) > 0 && b[0] < 0x80 {
+		r.b = b[1:]
+		return int64(b[0]>>1) ^ -int64(b[0]&1)
+	}
+	return r.varintSlow()
+}
+
+func (r *reader) varintSlow() int64 {
 	if r.err != nil {
 		return 0
 	}
