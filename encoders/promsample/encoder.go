@@ -443,6 +443,12 @@ func segmentSchema(labelNames []string, dict map[string]bool) (*schema.GroupNode
 		parquet.WithVersion(parquet.V2_LATEST),
 		parquet.WithDataPageVersion(parquet.DataPageV1),
 		parquet.WithMaxRowGroupLength(math.MaxInt64),
+		// Values reach the column encoders one batch at a time, and a
+		// dictionary column's index buffer grows by reallocation with
+		// each (1,024 rows by default): a tenth of the seal's bytes
+		// allocated. A batch of a whole default row group grows it once.
+		// Pages are still cut at the page size, so the file is the same.
+		parquet.WithBatchSize(DefaultRowGroupRows),
 		parquet.WithCreatedBy("dendro-receiver " + EncoderVersion),
 		// __name__ and the label columns hold one run per series: a
 		// dictionary page and RLE_DICTIONARY indices (see writeStrings)
