@@ -66,8 +66,9 @@ type Decoder struct {
 	// for the duration of one Decode: everything kept from it is copied
 	// (labels by the ScratchBuilder, strings by the gogo decoders).
 	bufs sync.Pool
-	// v1 holds idle v1Decoders, each with its label cache. Capacity bounds
-	// the caches' memory (capacity x maxCacheBytes).
+	// v1 lends v1Decoders, each with its label cache, at most GOMAXPROCS
+	// at a time: that bounds the caches' memory (GOMAXPROCS x
+	// maxCacheBytes).
 	v1 *freeList[*v1Decoder]
 	v2 sync.Pool // *v2Decoder
 }
@@ -91,7 +92,7 @@ func NewDecoder(o Options) (*Decoder, error) {
 }
 
 func newDecoder(o Options) *Decoder {
-	return &Decoder{opts: o, v1: newFreeList[*v1Decoder](max(4, runtime.GOMAXPROCS(0)))}
+	return &Decoder{opts: o, v1: newFreeList(runtime.GOMAXPROCS(0), newV1Decoder)}
 }
 
 // Decode decodes and validates a snappy-block-compressed body holding a
@@ -133,10 +134,7 @@ func (d *Decoder) DecodeMessage(p Protocol, msg []byte) (*Request, error) {
 	}
 	switch p {
 	case ProtocolV1:
-		v, ok := d.v1.get()
-		if !ok {
-			v = newV1Decoder()
-		}
+		v := d.v1.get()
 		defer d.v1.put(v)
 		return v.decode(msg, d.opts.AllowUTF8NamesV1)
 	case ProtocolV2:

@@ -1,21 +1,42 @@
 package receiver
 
-import "testing"
+import (
+	"sync/atomic"
+	"testing"
+	"time"
+)
 
-func TestFreeListIsBoundedLastInFirstOut(t *testing.T) {
-	f := newFreeList[int](2)
-	if _, ok := f.get(); ok {
-		t.Fatal("get on an empty list returned an object")
+func TestFreeListLendsTheWarmestFirstAndAtMostMax(t *testing.T) {
+	made := 0
+	f := newFreeList(2, func() *int { made++; n := made; return &n })
+	a, b := f.get(), f.get()
+	if *a != 1 || *b != 2 {
+		t.Fatalf("got %d, %d; want new objects 1, 2", *a, *b)
 	}
-	f.put(1)
-	f.put(2)
-	f.put(3) // over capacity: dropped
-	for _, want := range []int{2, 1} {
-		if got, ok := f.get(); !ok || got != want {
-			t.Fatalf("get = %d, %v; want %d (most recently put first)", got, ok, want)
-		}
+	// A third caller waits until one comes back.
+	var third atomic.Pointer[int]
+	done := make(chan struct{})
+	go func() { third.Store(f.get()); close(done) }()
+	select {
+	case <-done:
+		t.Fatal("a third object was lent while two were out")
+	case <-time.After(50 * time.Millisecond):
 	}
-	if _, ok := f.get(); ok {
-		t.Fatal("list kept an object put over its capacity")
+	f.put(a)
+	<-done
+	if third.Load() != a {
+		t.Fatalf("the waiting caller got %d, want the returned 1", *third.Load())
+	}
+	f.put(b)
+	f.put(third.Load())
+	// Last in, first out: the most recently returned is lent first.
+	if got := f.get(); got != a {
+		t.Fatalf("got %d, want 1 (returned last)", *got)
+	}
+	if got := f.get(); got != b {
+		t.Fatalf("got %d, want 2", *got)
+	}
+	if made != 2 {
+		t.Fatalf("made %d objects, want 2", made)
 	}
 }

@@ -86,17 +86,12 @@ type Ingester struct {
 	buckets  map[archive.SourceID]int
 	accounts map[streamKey]*archive.SegmentAccount
 
-	// scratch holds idle rowScratches, each with its encoder's label
-	// cache. Capacity bounds the caches' memory.
+	// scratch lends rowScratches, each with its encoder's label cache, at
+	// most GOMAXPROCS at a time: that bounds the caches' memory.
 	scratch *freeList[*rowScratch]
 }
 
-func (in *Ingester) getScratch() *rowScratch {
-	if sc, ok := in.scratch.get(); ok {
-		return sc
-	}
-	return new(rowScratch)
-}
+func (in *Ingester) getScratch() *rowScratch { return in.scratch.get() }
 
 func (in *Ingester) putScratch(sc *rowScratch) {
 	sc.release()
@@ -216,7 +211,7 @@ func NewIngester(ctx context.Context, opts IngestOptions) (*Ingester, error) {
 	in := &Ingester{opts: opts, enc: &promsample.Encoder{}, log: opts.Logger,
 		sources: map[string]archive.SourceID{}, buckets: map[archive.SourceID]int{},
 		accounts: map[streamKey]*archive.SegmentAccount{}}
-	in.scratch = newFreeList[*rowScratch](max(4, runtime.GOMAXPROCS(0)))
+	in.scratch = newFreeList(runtime.GOMAXPROCS(0), func() *rowScratch { return new(rowScratch) })
 
 	type resumable struct {
 		id      archive.SourceID
