@@ -251,3 +251,28 @@ func TestALateUnstampedRowDuringAnEncodeIsJudgedAfterTheSeal(t *testing.T) {
 	exactlyOnce(t, everyRow(t, w.Path(), s.ID(), "s"), []int64{10, 20, 30, 50})
 	must(t, w.Err())
 }
+
+// A seal pulls its rows and its segment through the writer's page cache;
+// the writer hands that memory back once the seal commits.
+func TestASealReleasesTheWritersPageCache(t *testing.T) {
+	ctx := at.Ctx(t)
+	w, s := newSource(t, archive.WriterOptions{})
+	payload := strings.Repeat("x", 3000) // a page each: the cache fills
+	for i := 0; i < 400; i++ {
+		rows := at.Rows("s", 0)
+		rows[0].Data = []byte(fmt.Sprintf("%d%s", i, payload))
+		_, err := w.AppendWait(ctx, []archive.SourceRows{{Source: s.ID(), Rows: rows}}, true)
+		must(t, err)
+	}
+	before := w.Stats().CacheBytes
+	if before < 400*3000 {
+		t.Fatalf("writer cache holds %d bytes after 400 rows of 3 KB: the test does not fill it", before)
+	}
+	if _, err := w.SealWait(ctx, s.ID(), []string{"s"}); err != nil {
+		t.Fatal(err)
+	}
+	if after := w.Stats().CacheBytes; after > before/4 {
+		t.Fatalf("writer cache holds %d bytes after the seal, %d before: not released", after, before)
+	}
+	must(t, w.Err())
+}
