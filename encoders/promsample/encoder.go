@@ -160,7 +160,13 @@ func (e *Encoder) Encode(stream string, rows []archive.Row) (*archive.Segment, e
 		}
 	}
 	series, meta := c.finish()
-	data, idx, err := e.write(series, meta)
+	// A segment takes about half its rows' bytes (rwload: 2.9 vs 6.9
+	// bytes per sample).
+	rowBytes := 0
+	for i := range rows {
+		rowBytes += len(rows[i].Data)
+	}
+	data, idx, err := e.write(series, meta, rowBytes/2)
 	if err != nil {
 		return nil, fmt.Errorf("stream %q: %w", stream, err)
 	}
@@ -204,7 +210,7 @@ func (e *Encoder) Merge(stream string, segs []archive.StoredSegment) (*archive.S
 		rows += s.Rows
 	}
 	series, meta := c.finish()
-	data, idx, err := e.write(series, meta)
+	data, idx, err := e.write(series, meta, int(total))
 	if err != nil {
 		return nil, 0, fmt.Errorf("stream %q: %w", stream, err)
 	}
@@ -235,7 +241,11 @@ func columnLabel(col string) (string, bool) {
 type rowGroupPlan struct{ from, to int }
 
 // write encodes canonical series into Parquet bytes and the index.
-func (e *Encoder) write(series []*seriesData, meta []Metadata) (data, index []byte, err error) {
+// write encodes series and meta as one segment. sizeHint is the expected
+// size of the segment: the output buffer is allocated once at about that
+// size instead of doubling its way up (garbage of about the segment's size,
+// at the seal's memory peak).
+func (e *Encoder) write(series []*seriesData, meta []Metadata, sizeHint int) (data, index []byte, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			data, index, err = nil, nil, fmt.Errorf("promsample: parquet writer panicked: %v", p)
@@ -356,6 +366,7 @@ func (e *Encoder) write(series []*seriesData, meta []Metadata) (data, index []by
 		return nil, nil, err
 	}
 	var buf bytes.Buffer
+	buf.Grow(min(max(sizeHint, 4<<10), 64<<20))
 	w, err := file.NewParquetWriterWithError(&buf, root, file.WithWriterProps(props), file.WithWriteMetadata(kv))
 	if err != nil {
 		return nil, nil, err
