@@ -51,8 +51,11 @@ func varint(b []byte) (uint64, int, error) {
 // field reads one field key; it returns the field number, wire type and
 // the rest of b after the key.
 func field(b []byte) (num int32, typ int, rest []byte, err error) {
-	k, n, err := varint(b)
-	if err != nil {
+	var k uint64
+	n := 1
+	if len(b) > 0 && b[0] < 0x80 { // every key of fields 1-15: one byte
+		k = uint64(b[0])
+	} else if k, n, err = varint(b); err != nil {
 		return 0, 0, nil, err
 	}
 	num, typ = int32(k>>3), int(k&7)
@@ -68,8 +71,11 @@ func field(b []byte) (num int32, typ int, rest []byte, err error) {
 
 // bytesField reads a length-delimited payload from b (after its key).
 func bytesField(b []byte) (payload, rest []byte, err error) {
-	l, n, err := varint(b)
-	if err != nil {
+	var l uint64
+	n := 1
+	if len(b) > 0 && b[0] < 0x80 { // labels, samples: under 128 bytes
+		l = uint64(b[0])
+	} else if l, n, err = varint(b); err != nil {
 		return nil, nil, err
 	}
 	b = b[n:]
