@@ -771,13 +771,14 @@ func (l *loop) view(fn func(*ReadTx) error) error {
 
 func (l *loop) update(fn func(*WriteTx) error) error {
 	err := update(context.Background(), l.conn, l.insertWAL, fn)
-	l.countPagesWritten()
+	l.countCache()
 	return err
 }
 
-// countPagesWritten moves SQLite's per-connection count of pages written
-// (to the sidecar, in WAL mode) into the writer's stats.
-func (l *loop) countPagesWritten() {
+// countCache moves SQLite's per-connection count of pages written (to the
+// sidecar, in WAL mode) into the writer's stats, and records the heap
+// memory of the connection's page cache there.
+func (l *loop) countCache() {
 	l.conn.Raw(func(dc any) error {
 		if st, ok := dc.(sqlite.DBStatus); ok {
 			if n, _, err := st.Status(sqlite.DBStatusCacheWrite, true); err == nil {
@@ -1786,20 +1787,7 @@ func (l *loop) releaseCache() {
 	if _, err := l.conn.ExecContext(context.Background(), "PRAGMA shrink_memory"); err != nil {
 		l.log.Debug("releasing the writer's page cache failed", "err", err)
 	}
-	l.countCacheBytes()
-}
-
-// countCacheBytes records the heap memory of the writer connection's page
-// cache in the writer's stats.
-func (l *loop) countCacheBytes() {
-	l.conn.Raw(func(dc any) error {
-		if st, ok := dc.(sqlite.DBStatus); ok {
-			if n, _, err := st.Status(sqlite.DBStatusCacheUsed, false); err == nil {
-				l.w.stats.cacheBytes.Store(int64(n))
-			}
-		}
-		return nil
-	})
+	l.countCache()
 }
 
 func (l *loop) evict(source SourceID, cutoff int64, remove func(string) bool) (Evicted, error) {

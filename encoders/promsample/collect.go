@@ -45,15 +45,6 @@ func newPackingCollector() *collector {
 	return c
 }
 
-// addSample adds one float sample to sd.
-func (c *collector) addSample(sd *seriesData, t int64, v float64) {
-	if c.pack {
-		sd.packed.add(t, v)
-		return
-	}
-	sd.samples = append(sd.samples, Sample{T: t, V: v})
-}
-
 // numSamples is sd's float sample count, packed or not.
 func (sd *seriesData) numSamples() int { return len(sd.samples) + sd.packed.n }
 

@@ -649,8 +649,9 @@ func (r *reader) fail(detail string) {
 }
 
 // uvarint reads one uvarint. Most of a row's are one byte (string
-// references, counts, small deltas): that case is inlined. After a failure
-// r.b is nil, so the sticky error is kept by the slow path.
+// references, counts, small deltas): that case is read here, without
+// binary.Uvarint's loop. After a failure r.b is nil, so the sticky error
+// is kept by the slow path.
 func (r *reader) uvarint() uint64 {
 	if b := r.b; len(b) > 0 && b[0] < 0x80 {
 		r.b = b[1:]
@@ -672,7 +673,7 @@ func (r *reader) uvarintSlow() uint64 {
 	return v
 }
 
-// varint reads one zigzag varint; one byte inlined, as uvarint.
+// varint reads one zigzag varint, one byte without a loop, as uvarint.
 func (r *reader) varint() int64 {
 	if b := r.b; len(b) > 0 && b[0] < 0x80 {
 		r.b = b[1:]
