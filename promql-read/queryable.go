@@ -38,7 +38,7 @@ func NewQueryable(a *archive.Archive, opts Options) (*Queryable, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	return &Queryable{s: &store{a: a, cache: newCache(opts.CacheBytes), opts: opts}}, nil
+	return &Queryable{s: &store{a: a, cache: newCache(opts.CacheBytes), opts: opts, par: defaultParallelism()}}, nil
 }
 
 // CacheStats describes the decoded-segment cache.
