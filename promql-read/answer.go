@@ -91,6 +91,7 @@ type accumulator struct {
 	byKey  map[string]*pieces
 	order  []*pieces // as first seen
 	key    []byte
+	rest   []*labels.Matcher // addEntry's scratch
 	budget *budget
 	raw    int // decoded floats and histograms added (packed floats count when decoded)
 }
@@ -101,26 +102,37 @@ func newAccumulator(b *budget) *accumulator {
 
 // addEntry adds the series of a cached metric entry that match p. With an
 // equality matcher on a label other than __name__, only that label's
-// postings are visited, never every series of the metric.
+// postings are visited, never every series of the metric. Only the
+// matchers the entry does not already answer are tested per series: not
+// the __name__ ones (an entry holds one metric, and its name was matched
+// to pick it: readStream), nor the one whose postings are walked.
 func (a *accumulator) addEntry(e *metricEntry, p selectParams) error {
-	if idx := e.lookup(p.matchers); idx != nil {
+	idx, used := e.lookup(p.matchers)
+	rest := a.rest[:0]
+	for i, m := range p.matchers {
+		if i != used && m.Name != labels.MetricName {
+			rest = append(rest, m)
+		}
+	}
+	a.rest = rest
+	if idx != nil {
 		for _, k := range idx {
-			if err := a.addIfMatch(e, &e.series[k], p); err != nil {
+			if err := a.addIfMatch(e, &e.series[k], rest, p); err != nil {
 				return err
 			}
 		}
 		return nil
 	}
 	for k := range e.series {
-		if err := a.addIfMatch(e, &e.series[k], p); err != nil {
+		if err := a.addIfMatch(e, &e.series[k], rest, p); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func (a *accumulator) addIfMatch(e *metricEntry, sr *packedSeries, p selectParams) error {
-	if !matchesAll(p.matchers, sr.lbls) {
+func (a *accumulator) addIfMatch(e *metricEntry, sr *packedSeries, ms []*labels.Matcher, p selectParams) error {
+	if !matchesAll(ms, sr.lbls) {
 		return nil
 	}
 	return a.addPacked(e, sr, p)

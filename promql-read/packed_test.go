@@ -135,7 +135,7 @@ func TestPackedEntryIsCompact(t *testing.T) {
 	if perSample > 4 || perSample < 0.2 {
 		t.Fatalf("%.2f bytes per sample accounted", perSample)
 	}
-	if got := e.lookup([]*labels.Matcher{labels.MustNewMatcher(labels.MatchEqual, "id", "ba")}); len(got) != 1 || e.series[got[0]].lbls.Get("id") != "ba" {
+	if got, _ := e.lookup([]*labels.Matcher{labels.MustNewMatcher(labels.MatchEqual, "id", "ba")}); len(got) != 1 || e.series[got[0]].lbls.Get("id") != "ba" {
 		t.Fatalf("postings for id=ba: %v", got)
 	}
 	t.Logf("%.2f bytes per sample", perSample)

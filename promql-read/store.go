@@ -104,26 +104,28 @@ type metricEntry struct {
 
 // lookup returns the indexes of the series that every equality matcher
 // (other than __name__) can match, the smallest postings list of them; nil
-// means no such matcher (every series is a candidate).
-func (e *metricEntry) lookup(ms []*labels.Matcher) []int32 {
+// means no such matcher (every series is a candidate). used is the index
+// in ms of the matcher whose postings it is (-1 with nil): every series
+// listed satisfies that one.
+func (e *metricEntry) lookup(ms []*labels.Matcher) (idx []int32, used int) {
 	var best []int32
-	found := false
-	for _, m := range ms {
+	used = -1
+	for i, m := range ms {
 		if m.Type != labels.MatchEqual || m.Name == labels.MetricName || m.Value == "" {
 			continue
 		}
 		p := e.postings[m.Name][m.Value]
-		if !found || len(p) < len(best) {
-			best, found = p, true
+		if used < 0 || len(p) < len(best) {
+			best, used = p, i
 		}
 	}
-	if !found {
-		return nil
+	if used < 0 {
+		return nil, -1
 	}
 	if best == nil {
-		return []int32{} // an equality matcher nothing satisfies
+		return []int32{}, used // an equality matcher nothing satisfies
 	}
-	return best
+	return best, used
 }
 
 // hasSamplesIn reports whether any series holds a float or histogram
