@@ -203,64 +203,84 @@ func (e *runEncoder) appendSeries(lbls labels.Labels, fl []promsample.Sample) er
 	n := 0
 	lbls.Range(func(l labels.Label) { n += sizeField(labelSize(l)) })
 	for _, s := range fl {
-		n += 2 + sampleSize(s.T, s.V) // a sample is at most 20 bytes: a one-byte length
+		n += 2 + sampleSize(s.T, s.V) // at most 20 bytes: a one-byte length
 	}
 	for i := range e.hists {
 		n += sizeField(e.hists[i].Size())
 	}
 	start := len(e.raw)
-	e.raw = slices.Grow(e.raw, sizeField(n))[:start+sizeField(n)]
-	b := e.raw
-	i := start
-	b[i] = tagField1Bytes
-	i++
-	i += binary.PutUvarint(b[i:], uint64(n))
-	putString := func(tag byte, s string) {
-		if len(s) == 0 {
-			return
-		}
-		b[i] = tag
-		i++
-		i += binary.PutUvarint(b[i:], uint64(len(s)))
-		i += copy(b[i:], s)
-	}
+	e.raw = append(e.raw, tagField1Bytes)
+	e.raw = binary.AppendUvarint(e.raw, uint64(n))
 	lbls.Range(func(l labels.Label) {
-		b[i] = tagField1Bytes
-		i++
-		i += binary.PutUvarint(b[i:], uint64(labelSize(l)))
-		putString(tagField1Bytes, l.Name)
-		putString(tagField2Bytes, l.Value)
+		e.raw = append(e.raw, tagField1Bytes)
+		e.raw = binary.AppendUvarint(e.raw, uint64(labelSize(l)))
+		e.raw = appendString(e.raw, tagField1Bytes, l.Name)
+		e.raw = appendString(e.raw, tagField2Bytes, l.Value)
 	})
-	for _, s := range fl {
-		b[i] = tagField2Bytes
-		b[i+1] = byte(sampleSize(s.T, s.V))
-		i += 2
-		if vb := math.Float64bits(s.V); vb != 0 {
-			b[i] = tagSampleValue
-			binary.LittleEndian.PutUint64(b[i+1:], vb)
-			i += 9
-		}
-		if s.T != 0 {
-			b[i] = tagSampleTstamp
-			i++
-			i += binary.PutUvarint(b[i:], uint64(s.T))
-		}
-	}
+	e.raw = appendSamples(e.raw, fl)
 	for k := range e.hists {
 		h := &e.hists[k]
 		hn := h.Size()
-		b[i] = tagField4Bytes
-		i++
-		i += binary.PutUvarint(b[i:], uint64(hn))
-		if _, err := h.MarshalToSizedBuffer(b[i : i+hn]); err != nil {
+		e.raw = append(e.raw, tagField4Bytes)
+		e.raw = binary.AppendUvarint(e.raw, uint64(hn))
+		at := len(e.raw)
+		e.raw = slices.Grow(e.raw, hn)[:at+hn]
+		if _, err := h.MarshalToSizedBuffer(e.raw[at:]); err != nil {
 			return fmt.Errorf("histogram: %w", err)
 		}
-		i += hn
 	}
-	if i != len(b) {
-		return fmt.Errorf("read response: wrote %d bytes of a %d-byte series", i-start, len(b)-start)
+	if got := len(e.raw) - start; got != sizeField(n) {
+		return fmt.Errorf("read response: wrote %d bytes of a %d-byte series", got, sizeField(n))
 	}
 	return nil
+}
+
+func appendString(b []byte, tag byte, s string) []byte {
+	if len(s) == 0 {
+		return b
+	}
+	b = append(b, tag)
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+// maxSampleField is the most bytes one Sample field takes: tag and
+// length, the value (tag and 8 bytes), the timestamp (tag and a varint of
+// up to 10 bytes, a negative one).
+const maxSampleField = 2 + 9 + 11
+
+// appendSamples appends one Sample field per float: the hot loop of a
+// SAMPLES answer, so it writes by index into room made once with every
+// index in locals.
+func appendSamples(b []byte, fl []promsample.Sample) []byte {
+	at := len(b)
+	b = slices.Grow(b, maxSampleField*len(fl))[:at+maxSampleField*len(fl)]
+	i := at
+	for _, s := range fl {
+		vb, t := math.Float64bits(s.V), uint64(s.T)
+		c := b[i : i+maxSampleField : i+maxSampleField]
+		k := 2
+		if vb != 0 {
+			c[2] = tagSampleValue
+			binary.LittleEndian.PutUint64(c[3:11], vb)
+			k = 11
+		}
+		if t != 0 {
+			c[k] = tagSampleTstamp
+			k++
+			for t >= 0x80 {
+				c[k] = byte(t) | 0x80
+				t >>= 7
+				k++
+			}
+			c[k] = byte(t)
+			k++
+		}
+		c[0] = tagField2Bytes
+		c[1] = byte(k - 2)
+		i += k
+	}
+	return b[:i]
 }
 
 // rawLen is the whole answer's protobuf bytes.

@@ -196,3 +196,16 @@ func TestSamplesAnswerBudget(t *testing.T) {
 		}
 	}
 }
+
+func BenchmarkAppendSeries(b *testing.B) {
+	fl := floats(1_796_028_150_000, 1_796_028_150_000+180*5000, 5000, func(t int64) float64 { return float64(t%977) * 0.37 })
+	lbls := ls("__name__", "node_cpu_seconds_total", "env", "bench", "id", "3", "instance", "host-0042:9100", "job", "node", "zone", "zone-2")
+	var e runEncoder
+	b.SetBytes(int64(len(fl)))
+	for b.Loop() {
+		e.raw = e.raw[:0]
+		if err := e.appendSeries(lbls, fl); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
