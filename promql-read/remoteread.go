@@ -153,13 +153,20 @@ func (api *API) sampledRead(ctx context.Context, w http.ResponseWriter, queries 
 	ans.writeTo(w, hdr, lits) // a failed write is the client's going away
 }
 
-// maxPooledBuf bounds each buffer of an encoder kept for reuse: a rare
-// huge answer's memory goes back to the runtime. maxIdleEncoders bounds
-// how many are kept, so idle memory is at most about
-// 4 * maxIdleEncoders * maxPooledBuf.
+// An encoder is kept for reuse only while its buffers are at most
+// maxPooledRaw (one run's protobuf: ~150 KiB, more only for a single huge
+// series), maxPooledArena (its share of a compressed answer: a few MiB
+// for a whole metric) and maxPooledFloats samples; a rare huge answer's
+// memory goes back to the runtime. At most maxIdleEncoders are kept, so
+// idle memory is at most maxIdleEncoders * (4 + 8 + 4 + 0.3) MiB, about
+// 65 MiB (a prompb.Histogram is 272 bytes; the pooled ones are cleared,
+// so they hold no spans or buckets).
 const (
-	maxPooledBuf    = 16 << 20
-	maxIdleEncoders = 8
+	maxPooledRaw    = 4 << 20
+	maxPooledArena  = 8 << 20
+	maxPooledFloats = 1 << 18 // 4 MiB
+	maxPooledHists  = 1 << 10
+	maxIdleEncoders = 4
 )
 
 // getEncoders takes n encoders from the free list, making what is missing.
@@ -177,13 +184,14 @@ func (api *API) getEncoders(n int) []*runEncoder {
 }
 
 // putEncoders returns encoders to the free list, unless they grew past
-// maxPooledBuf or the list is full.
+// the limits above or the list is full.
 func (api *API) putEncoders(es []*runEncoder) {
 	for _, e := range es {
-		if cap(e.raw) > maxPooledBuf || cap(e.arena) > maxPooledBuf ||
-			cap(e.floats)*16 > maxPooledBuf || cap(e.hists) > 1<<16 {
+		if cap(e.raw) > maxPooledRaw || cap(e.arena) > maxPooledArena ||
+			cap(e.floats) > maxPooledFloats || cap(e.hists) > maxPooledHists {
 			continue
 		}
+		clear(e.hists[:cap(e.hists)]) // let go of the last answer's spans and buckets
 		select {
 		case api.encoders <- e:
 		default: // enough idle encoders kept

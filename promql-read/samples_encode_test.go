@@ -209,3 +209,24 @@ func BenchmarkAppendSeries(b *testing.B) {
 		}
 	}
 }
+
+// TestEncoderFreeListIsBounded: the free list keeps at most
+// maxIdleEncoders encoders and none that grew past its limits.
+func TestEncoderFreeListIsBounded(t *testing.T) {
+	f := newFixture(t)
+	api, err := NewAPI(f.a, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	es := api.getEncoders(maxIdleEncoders + 3)
+	big := &runEncoder{arena: make([]byte, 0, maxPooledArena+1)}
+	api.putEncoders(append([]*runEncoder{big}, es...))
+	if n := len(api.encoders); n != maxIdleEncoders {
+		t.Fatalf("%d idle encoders, want %d", n, maxIdleEncoders)
+	}
+	for range maxIdleEncoders {
+		if e := <-api.encoders; e == big {
+			t.Fatal("an encoder past the limits was kept")
+		}
+	}
+}
