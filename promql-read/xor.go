@@ -56,46 +56,59 @@ func decodeXOR(b []byte, mint, maxt int64, whole bool, dst []promsample.Sample) 
 	data = data[k:]
 	delta := int64(d)
 
-	// The bit reader: pos is the next bit of data; peek returns the 64
-	// bits from there (zeros past the end, so a corrupt chunk reads zeros,
+	// The bit reader: pos is the next bit of data; w holds the bits from
+	// pos on at its top, the first avail of them valid. peek loads 57 or
+	// more (zeros past the end of data, so a corrupt chunk reads zeros,
 	// never out of bounds; the check after each sample turns that into an
-	// error). Every read is one peek and a shift: no state but pos.
+	// error). A read takes bits off the top of w and reloads only when w
+	// runs short: a regular series' sample (a 1-bit delta of delta and a
+	// short value) costs one load every few samples.
 	pos := uint(0)
 	end := uint(len(data)) * 8
+	w, avail := peek(data, 0), uint(57)
 	var leading, trailing uint
 	for i := 1; i < n; i++ {
 		if i > 1 {
-			// The delta of delta.
-			w := peek(data, pos)
+			// The delta of delta: at most 4 + 20 bits but for '1111'.
+			if avail < 24 {
+				w, avail = peek(data, pos), 57
+			}
 			var dod int64
+			var used uint
 			switch {
 			case w>>63 == 0:
-				pos++
+				used = 1
 			case w>>62 == 0b10:
-				dod = signed(w<<2>>(64-14), 14)
-				pos += 2 + 14
+				dod, used = signed(w<<2>>(64-14), 14), 2+14
 			case w>>61 == 0b110:
-				dod = signed(w<<3>>(64-17), 17)
-				pos += 3 + 17
+				dod, used = signed(w<<3>>(64-17), 17), 3+17
 			case w>>60 == 0b1110:
-				dod = signed(w<<4>>(64-20), 20)
-				pos += 4 + 20
+				dod, used = signed(w<<4>>(64-20), 20), 4+20
 			default:
 				// '1111' and 64 bits.
-				pos += 4
-				dod = int64(peek64(data, pos))
-				pos += 64
+				dod = int64(peek64(data, pos+4))
+				pos += 4 + 64
+				w, avail = peek(data, pos), 57
+			}
+			if used > 0 {
+				w <<= used
+				avail -= used
+				pos += used
 			}
 			delta += dod
 		}
 		t += delta
 
-		// The value.
-		w := peek(data, pos)
-		switch {
-		case w>>63 == 0:
+		// The value: a control of at most 2 + 5 + 6 bits, then 1 to 64.
+		if avail < 13 {
+			w, avail = peek(data, pos), 57
+		}
+		if w>>63 == 0 {
+			w <<= 1
+			avail--
 			pos++
-		default:
+		} else {
+			used := uint(2)
 			if w>>62 == 0b11 {
 				leading = uint(w << 2 >> (64 - 5))
 				sig := uint(w << 7 >> (64 - 6))
@@ -106,21 +119,33 @@ func decodeXOR(b []byte, mint, maxt int64, whole bool, dst []promsample.Sample) 
 					return dst, errBadChunk
 				}
 				trailing = 64 - leading - sig
-				pos += 2 + 5 + 6
-			} else {
-				pos += 2
+				used = 2 + 5 + 6
 			}
+			w <<= used
+			avail -= used
+			pos += used
 			// sig >= 1: a new window has 1 to 64 significant bits, and
 			// the initial one (leading = trailing = 0) has 64.
 			sig := 64 - leading - trailing
 			var bits uint64
-			if sig <= 56 {
-				bits = peek(data, pos) >> (64 - sig)
-			} else {
+			switch {
+			case sig <= avail:
+				bits = w >> (64 - sig)
+				w <<= sig
+				avail -= sig
+				pos += sig
+			case sig <= 57:
+				w = peek(data, pos)
+				bits = w >> (64 - sig)
+				w <<= sig
+				avail = 57 - sig
+				pos += sig
+			default:
 				bits = peek64(data, pos) >> (64 - sig)
+				pos += sig
+				w, avail = peek(data, pos), 57
 			}
 			v ^= bits << trailing
-			pos += sig
 		}
 		if pos > end {
 			return dst, errBadChunk
