@@ -180,23 +180,35 @@ func (e *runEncoder) encodeRun(sel *selection, r *samplesRun, w int) error {
 	if len(e.raw) == 0 {
 		return nil
 	}
-	m := s2.MaxEncodedLen(len(e.raw))
-	if m < 0 {
-		return fmt.Errorf("read response run of %d bytes is too large to compress", len(e.raw))
+	r.w, r.off = w, len(e.arena)
+	for raw := e.raw; len(raw) > 0; {
+		// In pieces of 64 KiB: S2 then uses its small-block encoder
+		// (16-bit offsets, a table that stays in cache), ~10% faster
+		// for a ratio within 1% (snappy's own encoder cuts its input
+		// the same way).
+		piece := raw[:min(len(raw), compressPiece)]
+		raw = raw[len(piece):]
+		m := s2.MaxEncodedLen(len(piece))
+		if m < 0 {
+			return fmt.Errorf("read response piece of %d bytes is too large to compress", len(piece))
+		}
+		at := len(e.arena)
+		e.arena = slices.Grow(e.arena, m)
+		dst := e.arena[at : at+m]
+		c := s2.EncodeSnappy(dst, piece)
+		// Drop the piece's own length header: the answer has one for all.
+		_, hdr := binary.Uvarint(c)
+		if hdr <= 0 || &c[0] != &dst[0] {
+			return fmt.Errorf("snappy encoder wrote no length header or not in place")
+		}
+		e.arena = e.arena[:at+copy(dst, c[hdr:])] // copy is memmove: the ranges overlap
 	}
-	at := len(e.arena)
-	e.arena = slices.Grow(e.arena, m)
-	dst := e.arena[at : at+m]
-	c := s2.EncodeSnappy(dst, e.raw)
-	// Skip the run's own length header: the answer has one for all.
-	_, hdr := binary.Uvarint(c)
-	if hdr <= 0 || &c[0] != &dst[0] {
-		return fmt.Errorf("snappy encoder wrote no length header or not in place")
-	}
-	e.arena = e.arena[:at+len(c)]
-	r.w, r.off, r.end = w, at+hdr, at+len(c)
+	r.end = len(e.arena)
 	return nil
 }
+
+// compressPiece is how much of a run is compressed at once.
+const compressPiece = 64 << 10
 
 // appendSeries appends one TimeSeries field: labels, floats and e.hists.
 func (e *runEncoder) appendSeries(lbls labels.Labels, fl []promsample.Sample) error {

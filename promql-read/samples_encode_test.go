@@ -161,7 +161,11 @@ func TestSamplesAnswerParallelMatchesModel(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, par := range []parallelism{{workers: 1}, {workers: 4, runSamples: 1 + rng.Intn(2000)}} {
+		// Runs of one series, of a few, of the default size (several
+		// 64 KiB compression pieces each) and one run for everything.
+		pars := []parallelism{{workers: 1}, {workers: 4, runSamples: 1 + rng.Intn(2000)},
+			{workers: 2, runSamples: defaultParallelism().runSamples}, {workers: 1, runSamples: 1 << 30}}
+		for _, par := range pars {
 			got, err := snappy.Decode(nil, answerBytes(t, sels, par))
 			if err != nil {
 				t.Fatalf("round %d %+v: %v", round, par, err)
