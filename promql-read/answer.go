@@ -92,6 +92,7 @@ type accumulator struct {
 	order  []*pieces // as first seen
 	key    []byte
 	rest   []*labels.Matcher // addEntry's scratch
+	idx    []int32           // addEntry's scratch
 	budget *budget
 	raw    int // decoded floats and histograms added (packed floats count when decoded)
 }
@@ -100,22 +101,23 @@ func newAccumulator(b *budget) *accumulator {
 	return &accumulator{byKey: map[string]*pieces{}, budget: b}
 }
 
-// addEntry adds the series of a cached metric entry that match p. With an
-// equality matcher on a label other than __name__, only that label's
-// postings are visited, never every series of the metric. Only the
-// matchers the entry does not already answer are tested per series: not
-// the __name__ ones (an entry holds one metric, and its name was matched
-// to pick it: readStream), nor the one whose postings are walked.
+// addEntry adds the series of a cached metric entry that match p. With
+// equality matchers on labels other than __name__, only the series in
+// all of their postings are visited, never every series of the metric.
+// Only the matchers the entry does not already answer are tested per
+// series: not the __name__ ones (an entry holds one metric, and its name
+// was matched to pick it: readStream), nor those the postings answered.
 func (a *accumulator) addEntry(e *metricEntry, p selectParams) error {
-	idx, used := e.lookup(p.matchers)
+	idx, ok, buf := e.postingsFor(p.matchers, a.idx)
+	a.idx = buf[:0]
 	rest := a.rest[:0]
-	for i, m := range p.matchers {
-		if i != used && m.Name != labels.MetricName {
+	for _, m := range p.matchers {
+		if m.Name != labels.MetricName && !byPostings(m) {
 			rest = append(rest, m)
 		}
 	}
 	a.rest = rest
-	if idx != nil {
+	if ok {
 		for _, k := range idx {
 			if err := a.addIfMatch(e, &e.series[k], rest, p); err != nil {
 				return err

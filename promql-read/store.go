@@ -102,30 +102,79 @@ type metricEntry struct {
 	bytes    int64 // computeSize, as accounted by the cache
 }
 
-// lookup returns the indexes of the series that every equality matcher
-// (other than __name__) can match, the smallest postings list of them; nil
-// means no such matcher (every series is a candidate). used is the index
-// in ms of the matcher whose postings it is (-1 with nil): every series
-// listed satisfies that one.
-func (e *metricEntry) lookup(ms []*labels.Matcher) (idx []int32, used int) {
-	var best []int32
-	used = -1
-	for i, m := range ms {
-		if m.Type != labels.MatchEqual || m.Name == labels.MetricName || m.Value == "" {
+// byPostings says whether postingsFor answers matcher m: an equality on
+// a label other than __name__ with a value ("" also matches series
+// without the label, which have no postings).
+func byPostings(m *labels.Matcher) bool {
+	return m.Type == labels.MatchEqual && m.Name != labels.MetricName && m.Value != ""
+}
+
+// postingsFor returns the indexes (ascending) of the series that satisfy
+// every matcher byPostings answers: the intersection of their postings.
+// ok is false when no matcher is such (every series is a candidate).
+// idx is a postings list (read-only: shared with every reader) or, once
+// two are intersected, lies in buf; buf is returned, grown if it had to.
+func (e *metricEntry) postingsFor(ms []*labels.Matcher, buf []int32) (idx []int32, ok bool, _ []int32) {
+	for _, m := range ms {
+		if !byPostings(m) {
 			continue
 		}
 		p := e.postings[m.Name][m.Value]
-		if used < 0 || len(p) < len(best) {
-			best, used = p, i
+		switch {
+		case !ok:
+			idx, ok = p, true
+			continue
+		case len(p) < len(idx):
+			idx = intersect(buf[:0], p, idx)
+		default:
+			idx = intersect(buf[:0], idx, p)
+		}
+		buf = idx
+		if len(idx) == 0 {
+			break
 		}
 	}
-	if used < 0 {
-		return nil, -1
+	if ok && idx == nil {
+		idx = []int32{} // an equality nothing satisfies
 	}
-	if best == nil {
-		return []int32{}, used // an equality matcher nothing satisfies
+	return idx, ok, buf
+}
+
+// intersect appends to dst the values of small also in large, both
+// ascending. dst may share either input's array from its start: the
+// result is a subsequence of each, so every write lands at or behind
+// where both are being read.
+func intersect(dst, small, large []int32) []int32 {
+	j := 0
+	for _, x := range small {
+		// Gallop: the next candidate is at or after j.
+		k, step := j, 1
+		for k < len(large) && large[k] < x {
+			j = k + 1
+			k += step
+			step *= 2
+		}
+		j += searchInt32(large[j:min(k+1, len(large))], x)
+		if j < len(large) && large[j] == x {
+			dst = append(dst, x)
+			j++
+		}
 	}
-	return best, used
+	return dst
+}
+
+// searchInt32 is the first index of s (ascending) holding a value >= x.
+func searchInt32(s []int32, x int32) int {
+	lo, hi := 0, len(s)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if s[m] < x {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return lo
 }
 
 // hasSamplesIn reports whether any series holds a float or histogram
