@@ -149,6 +149,9 @@ func (api *API) wrap(f apiFunc) http.HandlerFunc {
 			b = appendStrings(b, qr.infos)
 		}
 		b = append(b, '}')
+		// The whole body is at hand: say its length, so the client need
+		// not parse chunks (net/http chunks any body over 2 KiB).
+		w.Header().Set("Content-Length", strconv.Itoa(len(b)))
 		w.WriteHeader(http.StatusOK)
 		w.Write(b)
 	}
