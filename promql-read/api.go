@@ -31,10 +31,10 @@ type API struct {
 	// slots is the concurrency semaphore: a request holds one slot while it
 	// reads, so at most MaxConcurrency questions decode at once.
 	slots chan struct{}
-	// sampleBufs is a bounded free list of SAMPLES answer buffers. Not a
-	// sync.Pool: a whole-metric answer allocates tens of MB, so the GC runs
-	// between requests and would empty a pool every time.
-	sampleBufs chan *sampleBufs
+	// encoders is a bounded free list of SAMPLES answer encoders (their
+	// buffers). Not a sync.Pool: a whole-metric answer allocates MBs, so
+	// the GC runs between requests and would empty a pool every time.
+	encoders chan *runEncoder
 }
 
 // NewAPI builds the API over a (a read handle; the caller keeps it and
@@ -58,7 +58,7 @@ func NewAPI(a *archive.Archive, opts Options) (*API, error) {
 	})
 	api := &API{opts: opts, q: q, s: q.s, engine: engine, parser: p,
 		slots: make(chan struct{}, opts.MaxConcurrency)}
-	api.sampleBufs = make(chan *sampleBufs, maxIdleSampleBufs)
+	api.encoders = make(chan *runEncoder, maxIdleEncoders)
 	return api, nil
 }
 
@@ -149,6 +149,9 @@ func (api *API) wrap(f apiFunc) http.HandlerFunc {
 			b = appendStrings(b, qr.infos)
 		}
 		b = append(b, '}')
+		// The whole body is at hand: say its length, so the client need
+		// not parse chunks (net/http chunks any body over 2 KiB).
+		w.Header().Set("Content-Length", strconv.Itoa(len(b)))
 		w.WriteHeader(http.StatusOK)
 		w.Write(b)
 	}

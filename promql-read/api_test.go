@@ -27,6 +27,9 @@ func getJSON(t *testing.T, method, u string, form url.Values) (int, map[string]a
 	if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
 		t.Fatalf("%s: content type %q", u, ct)
 	}
+	if resp.StatusCode == http.StatusOK && resp.ContentLength != int64(len(body)) {
+		t.Fatalf("%s: Content-Length %d for %d bytes", u, resp.ContentLength, len(body))
+	}
 	var out map[string]any
 	if err := json.Unmarshal(body, &out); err != nil {
 		t.Fatalf("%s: not JSON: %v: %s", u, err, body)
@@ -135,5 +138,18 @@ func TestJSONNumbers(t *testing.T) {
 		if got := string(appendTimestamp(nil, c.t)); got != c.want {
 			t.Errorf("appendTimestamp(%d) = %s, want %s", c.t, got, c.want)
 		}
+	}
+}
+
+// TestQueryAPIContentLength: an answer over net/http's 2 KiB chunking
+// threshold still comes with its length (getJSON checks it).
+func TestQueryAPIContentLength(t *testing.T) {
+	f := newFixture(t)
+	standardData(f)
+	_, srv := newServer(t, f, Options{})
+	status, _, body := getJSON(t, http.MethodPost, srv.URL+"/api/v1/query_range",
+		url.Values{"query": {"http_requests_total"}, "start": {"0"}, "end": {"7200"}, "step": {"15"}})
+	if status != http.StatusOK || len(body) < 4096 {
+		t.Fatalf("status %d, %d bytes: want a large answer", status, len(body))
 	}
 }

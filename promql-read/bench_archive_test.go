@@ -1,9 +1,11 @@
 package promread
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"math/rand"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"sync"
@@ -200,4 +202,55 @@ func BenchmarkArchiveWholeMetric15m(b *testing.B) {
 	st := api.q.CacheStats()
 	b.ReportMetric(float64(st.Bytes)/(1<<20), "cache-MiB")
 	b.ReportMetric(float64(st.Misses-misses)/float64(b.N), "misses/op")
+}
+
+// discardWriter is an http.ResponseWriter that keeps nothing: the server's
+// side of an answer, without a client's decoding or a recorder's copies.
+type discardWriter struct {
+	h      http.Header
+	status int
+	n      int
+}
+
+func (w *discardWriter) Header() http.Header {
+	if w.h == nil {
+		w.h = http.Header{}
+	}
+	return w.h
+}
+func (w *discardWriter) WriteHeader(s int)           { w.status = s }
+func (w *discardWriter) Write(b []byte) (int, error) { w.n += len(b); return len(b), nil }
+
+// BenchmarkArchiveWholeMetricServer15m is BenchmarkArchiveWholeMetric15m's
+// question answered by the handler alone: the time a client waits for
+// the first byte, less the network.
+func BenchmarkArchiveWholeMetricServer15m(b *testing.B) {
+	ab := openBenchArchive(b)
+	api, err := NewAPI(ab.a, Options{CacheBytes: 64 << 20})
+	if err != nil {
+		b.Fatal(err)
+	}
+	h := api.Handler()
+	ask := func(mint, maxt int64, name string) {
+		req := &prompb.ReadRequest{Queries: []*prompb.Query{{StartTimestampMs: mint, EndTimestampMs: maxt,
+			Matchers: pbMatchers(labels.MustNewMatcher(labels.MatchEqual, labels.MetricName, name))}}}
+		raw, err := req.Marshal()
+		if err != nil {
+			b.Fatal(err)
+		}
+		w := &discardWriter{}
+		h.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/api/v1/read", bytes.NewReader(snappy.Encode(nil, raw))))
+		if w.status != http.StatusOK || w.n == 0 {
+			b.Fatalf("status %d, %d bytes", w.status, w.n)
+		}
+	}
+	for _, name := range ab.names { // warm: every metric over all time
+		ask(ab.mint, ab.maxt, name)
+	}
+	rng := rand.New(rand.NewSource(1))
+	b.ReportAllocs()
+	for b.Loop() {
+		mint, maxt := ab.window(rng)
+		ask(mint, maxt, ab.names[rng.Intn(len(ab.names))])
+	}
 }

@@ -44,7 +44,9 @@
 // (archive.ReadTx.Version), so a repeated question on an archive that has
 // not changed costs BEGIN, one PRAGMA, ROLLBACK and map lookups; after a
 // commit, three more statements. A first read of a metric in a segment
-// decodes all of that metric's series there.
+// decodes all of that metric's series there. A Select takes cached
+// series as references and decodes their chunks only when the answer is
+// used (answer.go), a large answer on several goroutines.
 //
 // Caveats:
 //

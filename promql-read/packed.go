@@ -109,11 +109,9 @@ func (p *packer) add(fl []promsample.Sample) (c0, c1 int32, err error) {
 	return c0, int32(len(p.chunks)), nil
 }
 
-// unpacker decodes chunks; one per goroutine (it holds iterator state).
-type unpacker struct {
-	c  chunkenc.XORChunk
-	it chunkenc.Iterator
-}
+// unpacker decodes chunks (decodeXOR). It holds no state; it remains so
+// that callers name where chunks are decoded.
+type unpacker struct{}
 
 // floats appends to dst the samples of series s of e in [mint, maxt].
 func (u *unpacker) floats(e *metricEntry, s *packedSeries, mint, maxt int64, dst []promsample.Sample) ([]promsample.Sample, error) {
@@ -134,20 +132,9 @@ func (u *unpacker) floats(e *metricEntry, s *packedSeries, mint, maxt int64, dst
 
 // chunk appends to dst the samples of one chunk of e in [mint, maxt].
 func (u *unpacker) chunk(e *metricEntry, c packedChunk, mint, maxt int64, dst []promsample.Sample) ([]promsample.Sample, error) {
-	u.c.Reset(e.data[c.off:c.end])
-	u.it = u.c.Iterator(u.it)
 	whole := c.minT >= mint && c.maxT <= maxt
-	for u.it.Next() == chunkenc.ValFloat {
-		t, v := u.it.At()
-		if !whole && (t < mint || t > maxt) {
-			if t > maxt {
-				break
-			}
-			continue
-		}
-		dst = append(dst, promsample.Sample{T: t, V: v})
-	}
-	if err := u.it.Err(); err != nil {
+	dst, err := decodeXOR(e.data[c.off:c.end], mint, maxt, whole, dst)
+	if err != nil {
 		return dst, fmt.Errorf("cached chunk: %w", err)
 	}
 	return dst, nil

@@ -1,8 +1,10 @@
 package promread
 
 import (
+	"fmt"
 	"math"
 	"math/rand"
+	"slices"
 	"testing"
 
 	"github.com/prometheus/prometheus/model/labels"
@@ -135,8 +137,71 @@ func TestPackedEntryIsCompact(t *testing.T) {
 	if perSample > 4 || perSample < 0.2 {
 		t.Fatalf("%.2f bytes per sample accounted", perSample)
 	}
-	if got := e.lookup([]*labels.Matcher{labels.MustNewMatcher(labels.MatchEqual, "id", "ba")}); len(got) != 1 || e.series[got[0]].lbls.Get("id") != "ba" {
+	if got, _, _ := e.postingsFor([]*labels.Matcher{labels.MustNewMatcher(labels.MatchEqual, "id", "ba")}, nil); len(got) != 1 || e.series[got[0]].lbls.Get("id") != "ba" {
 		t.Fatalf("postings for id=ba: %v", got)
 	}
 	t.Logf("%.2f bytes per sample", perSample)
+}
+
+// TestPostingsForIntersects: the series postingsFor lists for any set of
+// equality matchers are exactly those that satisfy them all, with the
+// scratch buffer reused across calls, and the entry's postings lists are
+// never written.
+func TestPostingsForIntersects(t *testing.T) {
+	rng := rand.New(rand.NewSource(8))
+	var series []promsample.Series
+	for i := 0; i < 600; i++ {
+		series = append(series, promsample.Series{Labels: labels.FromStrings("__name__", "m",
+			"a", fmt.Sprint(i%7), "b", fmt.Sprint(i%13), "c", fmt.Sprint(rng.Intn(40)), "d", fmt.Sprint(i/300)),
+			Samples: []promsample.Sample{{T: int64(i), V: 1}}})
+	}
+	slices.SortFunc(series, func(a, b promsample.Series) int { return labels.Compare(a.Labels, b.Labels) })
+	e, err := newMetricEntry(series)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snapshot := fmt.Sprint(e.postings)
+	var buf []int32
+	for round := 0; round < 500; round++ {
+		var ms []*labels.Matcher
+		for _, name := range []string{"a", "b", "c", "d", "__name__", "zz"} {
+			switch rng.Intn(3) {
+			case 0:
+				v := fmt.Sprint(rng.Intn(45))
+				if name == "__name__" {
+					v = "m"
+				}
+				ms = append(ms, labels.MustNewMatcher(labels.MatchEqual, name, v))
+			case 1:
+				ms = append(ms, labels.MustNewMatcher(labels.MatchEqual, name, "")) // not by postings
+			}
+		}
+		rng.Shuffle(len(ms), func(i, j int) { ms[i], ms[j] = ms[j], ms[i] })
+		var idx []int32
+		var ok bool
+		idx, ok, buf = e.postingsFor(ms, buf[:0])
+		var want []int32
+		any := false
+		for i := range e.series {
+			all := true
+			for _, m := range ms {
+				if byPostings(m) {
+					any = true
+					all = all && m.Matches(e.series[i].lbls.Get(m.Name))
+				}
+			}
+			if all {
+				want = append(want, int32(i))
+			}
+		}
+		if ok != any {
+			t.Fatalf("round %d %v: ok %v, want %v", round, ms, ok, any)
+		}
+		if ok && !slices.Equal(idx, want) && !(len(idx) == 0 && len(want) == 0) {
+			t.Fatalf("round %d %v: %v, want %v", round, ms, idx, want)
+		}
+	}
+	if fmt.Sprint(e.postings) != snapshot {
+		t.Fatal("postingsFor wrote into the entry's postings")
+	}
 }

@@ -30,6 +30,7 @@ var (
 	_ storage.ChunkQuerier      = (*chunkQuerier)(nil)
 	_ storage.ExemplarQuerier   = (*exemplarQuerier)(nil)
 	_ chunkenc.Iterator         = (*iterator)(nil)
+	_ chunkenc.Iterator         = (*floatIterator)(nil)
 )
 
 // NewQueryable returns a Queryable over a; opts is validated (defaults
@@ -38,7 +39,7 @@ func NewQueryable(a *archive.Archive, opts Options) (*Queryable, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	return &Queryable{s: &store{a: a, cache: newCache(opts.CacheBytes), opts: opts}}, nil
+	return &Queryable{s: &store{a: a, cache: newCache(opts.CacheBytes), opts: opts, par: defaultParallelism()}}, nil
 }
 
 // CacheStats describes the decoded-segment cache.
@@ -260,6 +261,15 @@ type seriesView struct{ sr *series }
 func (v *seriesView) Labels() labels.Labels { return v.sr.lbls }
 
 func (v *seriesView) Iterator(it chunkenc.Iterator) chunkenc.Iterator {
+	if len(v.sr.hists) == 0 {
+		// Most series: floats only, walked by the engine sample by
+		// sample through this interface.
+		if x, ok := it.(*floatIterator); ok {
+			*x = floatIterator{fl: v.sr.floats, i: -1}
+			return x
+		}
+		return &floatIterator{fl: v.sr.floats, i: -1}
+	}
 	if x, ok := it.(*iterator); ok {
 		x.reset(v.sr)
 		return x
@@ -268,6 +278,55 @@ func (v *seriesView) Iterator(it chunkenc.Iterator) chunkenc.Iterator {
 	x.reset(v.sr)
 	return x
 }
+
+// floatIterator walks a series that has floats only: iterator without
+// the histogram cursor.
+type floatIterator struct {
+	fl []promsample.Sample
+	i  int // the current sample; -1 before the first Next or Seek, len(fl) when done
+}
+
+func (it *floatIterator) Next() chunkenc.ValueType {
+	if it.i+1 < len(it.fl) {
+		it.i++
+		return chunkenc.ValFloat
+	}
+	it.i = len(it.fl)
+	return chunkenc.ValNone
+}
+
+func (it *floatIterator) Seek(t unixMillis) chunkenc.ValueType {
+	if it.i < 0 {
+		it.i = 0
+	}
+	if it.i >= len(it.fl) {
+		return chunkenc.ValNone
+	}
+	if it.fl[it.i].T < t {
+		it.i += searchT(len(it.fl)-it.i, func(k int) bool { return it.fl[it.i+k].T >= t })
+		if it.i >= len(it.fl) {
+			return chunkenc.ValNone
+		}
+	}
+	return chunkenc.ValFloat
+}
+
+func (it *floatIterator) At() (int64, float64) {
+	s := it.fl[it.i]
+	return s.T, s.V
+}
+
+func (it *floatIterator) AtHistogram(*histogram.Histogram) (int64, *histogram.Histogram) {
+	return it.fl[it.i].T, nil
+}
+
+func (it *floatIterator) AtFloatHistogram(*histogram.FloatHistogram) (int64, *histogram.FloatHistogram) {
+	return it.fl[it.i].T, nil
+}
+
+func (it *floatIterator) AtT() int64  { return it.fl[it.i].T }
+func (it *floatIterator) AtST() int64 { return 0 }
+func (it *floatIterator) Err() error  { return nil }
 
 // iterator walks a series' floats and histograms together in time order.
 type iterator struct {

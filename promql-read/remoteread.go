@@ -8,9 +8,9 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"strconv"
 
 	"github.com/golang/snappy"
-	"github.com/klauspost/compress/s2"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/prompb"
 	"github.com/prometheus/prometheus/storage"
@@ -119,70 +119,83 @@ func (api *API) readError(w http.ResponseWriter, err error) {
 }
 
 // sampledRead answers in SAMPLES mode: the whole response is built in
-// memory, so every query of the request shares one sample budget.
+// memory, so every query of the request shares one sample budget. The
+// floats are decoded, encoded and compressed run by run, on several
+// goroutines for a large answer (see samplesAnswer); what is held is the
+// compressed answer and one run's buffers per goroutine.
 func (api *API) sampledRead(ctx context.Context, w http.ResponseWriter, queries []selectParams) {
 	b := newBudget(api.opts.MaxSamples)
-	enc := samplesEncoder{results: make([][]*series, len(queries))}
+	ans := samplesAnswer{sels: make([]*selection, len(queries))}
 	for i, q := range queries {
 		q.budget = b
-		got, err := api.s.selectSeries(ctx, q)
+		sel, err := api.s.selectPieces(ctx, q)
 		if err != nil {
 			api.readError(w, err)
 			return
 		}
-		enc.results[i] = got
+		ans.sels[i] = sel
 	}
-	bufs := api.getSampleBufs()
-	defer api.putSampleBufs(bufs)
-	n := enc.size()
-	bufs.raw = slices.Grow(bufs.raw[:0], n)[:n]
-	if err := enc.encode(bufs.raw); err != nil {
+	ans.encoders = api.getEncoders(max(1, api.s.par.workers))
+	defer api.putEncoders(ans.encoders)
+	if err := ans.encode(ctx, api.s.par); err != nil {
 		api.readError(w, err)
 		return
 	}
-	// S2's snappy-compatible encoder: the same block format as
-	// github.com/golang/snappy, several times faster.
-	m := s2.MaxEncodedLen(len(bufs.raw))
-	if m < 0 {
-		api.readError(w, fmt.Errorf("read response of %d bytes is too large to compress", len(bufs.raw)))
+	hdr, lits, err := ans.header()
+	if err != nil {
+		api.readError(w, err)
 		return
 	}
-	bufs.out = slices.Grow(bufs.out[:0], m)[:m]
-	out := s2.EncodeSnappy(bufs.out, bufs.raw)
 	w.Header().Set("Content-Type", "application/x-protobuf")
 	w.Header().Set("Content-Encoding", "snappy")
+	w.Header().Set("Content-Length", strconv.Itoa(ans.compressedLen(hdr, lits)))
 	w.WriteHeader(http.StatusOK)
-	w.Write(out)
+	ans.writeTo(w, hdr, lits) // a failed write is the client's going away
 }
 
-// sampleBufs are a SAMPLES answer's protobuf and compressed buffers,
-// reused across requests (API.sampleBufs).
-type sampleBufs struct{ raw, out []byte }
-
-// maxPooledBuf bounds the buffers kept for reuse: a rare huge answer's
-// memory goes back to the runtime. maxIdleSampleBufs bounds how many are
-// kept: idle memory is at most 2 * maxIdleSampleBufs * maxPooledBuf.
+// An encoder is kept for reuse only while its buffers are at most
+// maxPooledRaw (one run's protobuf: ~150 KiB, more only for a single huge
+// series), maxPooledArena (its share of a compressed answer: a few MiB
+// for a whole metric) and maxPooledFloats samples; a rare huge answer's
+// memory goes back to the runtime. At most maxIdleEncoders are kept, so
+// idle memory is at most maxIdleEncoders * (4 + 8 + 4 + 0.3) MiB, about
+// 65 MiB (a prompb.Histogram is 272 bytes; the pooled ones are cleared,
+// so they hold no spans or buckets).
 const (
-	maxPooledBuf      = 16 << 20
-	maxIdleSampleBufs = 2
+	maxPooledRaw    = 4 << 20
+	maxPooledArena  = 8 << 20
+	maxPooledFloats = 1 << 18 // 4 MiB
+	maxPooledHists  = 1 << 10
+	maxIdleEncoders = 4
 )
 
-func (api *API) getSampleBufs() *sampleBufs {
-	select {
-	case b := <-api.sampleBufs:
-		return b
-	default:
-		return &sampleBufs{}
+// getEncoders takes n encoders from the free list, making what is missing.
+func (api *API) getEncoders(n int) []*runEncoder {
+	out := make([]*runEncoder, n)
+	for i := range out {
+		select {
+		case e := <-api.encoders:
+			out[i] = e
+		default:
+			out[i] = &runEncoder{}
+		}
 	}
+	return out
 }
 
-func (api *API) putSampleBufs(b *sampleBufs) {
-	if cap(b.raw) > maxPooledBuf || cap(b.out) > maxPooledBuf {
-		return
-	}
-	select {
-	case api.sampleBufs <- b:
-	default: // enough idle buffers kept
+// putEncoders returns encoders to the free list, unless they grew past
+// the limits above or the list is full.
+func (api *API) putEncoders(es []*runEncoder) {
+	for _, e := range es {
+		if cap(e.raw) > maxPooledRaw || cap(e.arena) > maxPooledArena ||
+			cap(e.floats) > maxPooledFloats || cap(e.hists) > maxPooledHists {
+			continue
+		}
+		clear(e.hists[:cap(e.hists)]) // let go of the last answer's spans and buckets
+		select {
+		case api.encoders <- e:
+		default: // enough idle encoders kept
+		}
 	}
 }
 

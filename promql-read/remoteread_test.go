@@ -74,11 +74,29 @@ func TestRemoteReadSamples(t *testing.T) {
 	f := newFixture(t)
 	want := standardData(f)
 	_, srv := newServer(t, f, Options{})
+	checkRemoteReadSamples(t, srv.URL, want)
+}
+
+// TestRemoteReadSamplesParallel: the same answers when every question is
+// decoded and encoded on four goroutines in runs of a few series, with the
+// cache (packed pieces) and without (decoded pieces).
+func TestRemoteReadSamplesParallel(t *testing.T) {
+	for _, cacheBytes := range []int64{-1, 0} {
+		f := newFixture(t)
+		want := standardData(f)
+		api, srv := newServer(t, f, Options{CacheBytes: cacheBytes})
+		api.s.par = parallelism{workers: 4, runSamples: 7}
+		checkRemoteReadSamples(t, srv.URL, want)
+	}
+}
+
+func checkRemoteReadSamples(t *testing.T, url string, want expected) {
+	t.Helper()
 	req := &prompb.ReadRequest{AcceptedResponseTypes: []prompb.ReadRequest_ResponseType{prompb.ReadRequest_SAMPLES}}
 	for _, c := range readCases {
 		req.Queries = append(req.Queries, &prompb.Query{StartTimestampMs: c.mint, EndTimestampMs: c.maxt, Matchers: pbMatchers(c.ms...)})
 	}
-	resp := postRead(t, srv.URL, req)
+	resp := postRead(t, url, req)
 	body, _ := io.ReadAll(resp.Body)
 	if resp.StatusCode != 200 || resp.Header.Get("Content-Encoding") != "snappy" || resp.Header.Get("Content-Type") != "application/x-protobuf" {
 		t.Fatalf("status %d headers %v: %s", resp.StatusCode, resp.Header, body)

@@ -2,9 +2,13 @@ package promread
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"math"
+	"math/rand"
 	"testing"
 
+	"github.com/golang/snappy"
 	"github.com/prometheus/prometheus/prompb"
 
 	"github.com/dendro-receiver/dendro-receiver/encoders/promsample"
@@ -34,14 +38,60 @@ func gogoResponse(results [][]*series) *prompb.ReadResponse {
 	return resp
 }
 
-func encodeSamples(t *testing.T, results [][]*series) []byte {
+// selectionOf wraps decoded series as a selection (one decoded piece each).
+func selectionOf(res []*series) *selection {
+	sel := &selection{mint: math.MinInt64, maxt: math.MaxInt64, budget: newBudget(0)}
+	for _, sr := range res {
+		pc := &pieces{lbls: sr.lbls}
+		if len(sr.floats) > 0 {
+			pc.floats = [][]promsample.Sample{sr.floats}
+		}
+		if len(sr.hists) > 0 {
+			pc.hists = [][]promsample.Histogram{sr.hists}
+		}
+		sel.list = append(sel.list, pc)
+	}
+	return sel
+}
+
+// answerBytes encodes sels as a SAMPLES answer with par and returns the
+// compressed bytes, checking the announced length.
+func answerBytes(t testing.TB, sels []*selection, par parallelism) []byte {
 	t.Helper()
-	enc := samplesEncoder{results: results}
-	b := make([]byte, enc.size())
-	if err := enc.encode(b); err != nil {
+	a := samplesAnswer{sels: sels}
+	for range max(1, par.workers) {
+		a.encoders = append(a.encoders, &runEncoder{})
+	}
+	if err := a.encode(context.Background(), par); err != nil {
 		t.Fatal(err)
 	}
-	return b
+	hdr, lits, err := a.header()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := a.writeTo(&buf, hdr, lits); err != nil {
+		t.Fatal(err)
+	}
+	if buf.Len() != a.compressedLen(hdr, lits) {
+		t.Fatalf("wrote %d bytes, announced %d", buf.Len(), a.compressedLen(hdr, lits))
+	}
+	return buf.Bytes()
+}
+
+// encodeSamples encodes results and decompresses them with golang/snappy,
+// the decoder Prometheus's remote-read client uses.
+func encodeSamples(t *testing.T, results [][]*series) []byte {
+	t.Helper()
+	var sels []*selection
+	for _, res := range results {
+		sels = append(sels, selectionOf(res))
+	}
+	raw, err := snappy.Decode(nil, answerBytes(t, sels, parallelism{workers: 1}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return raw
 }
 
 func TestSamplesEncoderMatchesGogo(t *testing.T) {
@@ -61,7 +111,7 @@ func TestSamplesEncoderMatchesGogo(t *testing.T) {
 			{lbls: ls("__name__", "c"), floats: fl[:1], hists: []promsample.Histogram{{T: 7, H: h}}},
 		},
 		{}, // a query with no answer
-		{{lbls: ls("__name__", "d", "long", string(bytes.Repeat([]byte("v"), 300)))}},
+		{{lbls: ls("__name__", "d", "long", string(bytes.Repeat([]byte("v"), 300))), floats: fl[2:3]}},
 	}
 	got := encodeSamples(t, results)
 	want, err := gogoResponse(results).Marshal()
@@ -85,4 +135,102 @@ func TestSamplesEncoderKeepsNegativeZero(t *testing.T) {
 		back = append(back, promsample.Sample{T: s.Timestamp, V: s.Value})
 	}
 	sameBits(t, "decoded", back, fl)
+}
+
+// TestSamplesAnswerParallelMatchesModel: a large answer encoded on four
+// goroutines in many small runs decodes (with golang/snappy) to exactly
+// the bytes gogo marshals for the model's answer, as the one-goroutine
+// encoding does.
+func TestSamplesAnswerParallelMatchesModel(t *testing.T) {
+	rng := rand.New(rand.NewSource(9))
+	for round := 0; round < 6; round++ {
+		mint, maxt := int64(rng.Intn(300_000)), int64(300_000+rng.Intn(900_000))
+		if round == 0 {
+			mint, maxt = math.MinInt64, math.MaxInt64
+		}
+		var sels []*selection
+		var model [][]*series
+		for q := 0; q < 1+round%3; q++ {
+			sel, want := randomSelection(t, rng, 40+rng.Intn(300), mint, maxt)
+			sels, model = append(sels, sel), append(model, want)
+		}
+		if round == 4 {
+			sels, model = append(sels, nil), append(model, nil) // a query nothing matched
+		}
+		want, err := gogoResponse(model).Marshal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Runs of one series, of a few, of the default size (several
+		// 64 KiB compression pieces each) and one run for everything.
+		pars := []parallelism{{workers: 1}, {workers: 4, runSamples: 1 + rng.Intn(2000)},
+			{workers: 2, runSamples: defaultParallelism().runSamples}, {workers: 1, runSamples: 1 << 30}}
+		for _, par := range pars {
+			got, err := snappy.Decode(nil, answerBytes(t, sels, par))
+			if err != nil {
+				t.Fatalf("round %d %+v: %v", round, par, err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Fatalf("round %d %+v: answer of %d bytes differs from gogo's %d", round, par, len(got), len(want))
+			}
+		}
+	}
+}
+
+// TestSamplesAnswerBudget: the floats decoded on every goroutine count
+// against the request's budget: over it, the answer is refused.
+func TestSamplesAnswerBudget(t *testing.T) {
+	rng := rand.New(rand.NewSource(4))
+	sel, want := randomSelection(t, rng, 300, math.MinInt64, math.MaxInt64)
+	total := 0
+	for _, sr := range want {
+		total += len(sr.floats) + len(sr.hists)
+	}
+	for _, limit := range []int{total / 2, total * 4} {
+		for _, par := range []parallelism{{workers: 1}, {workers: 3, runSamples: 500}} {
+			sel.budget = newBudget(limit)
+			a := samplesAnswer{sels: []*selection{sel}, encoders: []*runEncoder{{}, {}, {}}}
+			err := a.encode(context.Background(), par)
+			if limit < total && !errors.Is(err, ErrTooManySamples) {
+				t.Fatalf("limit %d of %d, %+v: %v", limit, total, par, err)
+			}
+			if limit > total && err != nil {
+				t.Fatalf("limit %d of %d, %+v: %v", limit, total, par, err)
+			}
+		}
+	}
+}
+
+func BenchmarkAppendSeries(b *testing.B) {
+	fl := floats(1_796_028_150_000, 1_796_028_150_000+180*5000, 5000, func(t int64) float64 { return float64(t%977) * 0.37 })
+	lbls := ls("__name__", "node_cpu_seconds_total", "env", "bench", "id", "3", "instance", "host-0042:9100", "job", "node", "zone", "zone-2")
+	var e runEncoder
+	b.SetBytes(int64(len(fl)))
+	for b.Loop() {
+		e.raw = e.raw[:0]
+		if err := e.appendSeries(lbls, fl); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// TestEncoderFreeListIsBounded: the free list keeps at most
+// maxIdleEncoders encoders and none that grew past its limits.
+func TestEncoderFreeListIsBounded(t *testing.T) {
+	f := newFixture(t)
+	api, err := NewAPI(f.a, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	es := api.getEncoders(maxIdleEncoders + 3)
+	big := &runEncoder{arena: make([]byte, 0, maxPooledArena+1)}
+	api.putEncoders(append([]*runEncoder{big}, es...))
+	if n := len(api.encoders); n != maxIdleEncoders {
+		t.Fatalf("%d idle encoders, want %d", n, maxIdleEncoders)
+	}
+	for range maxIdleEncoders {
+		if e := <-api.encoders; e == big {
+			t.Fatal("an encoder past the limits was kept")
+		}
+	}
 }

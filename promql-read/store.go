@@ -34,6 +34,8 @@ type store struct {
 	// memos remembers catalog answers per connection and snapshot version
 	// (see catalog).
 	memos memos
+	// par is how answers are decoded and encoded on several goroutines.
+	par parallelism
 }
 
 // series is one series of an answer. Its slices may be shared with the
@@ -100,28 +102,79 @@ type metricEntry struct {
 	bytes    int64 // computeSize, as accounted by the cache
 }
 
-// lookup returns the indexes of the series that every equality matcher
-// (other than __name__) can match, the smallest postings list of them; nil
-// means no such matcher (every series is a candidate).
-func (e *metricEntry) lookup(ms []*labels.Matcher) []int32 {
-	var best []int32
-	found := false
+// byPostings says whether postingsFor answers matcher m: an equality on
+// a label other than __name__ with a value ("" also matches series
+// without the label, which have no postings).
+func byPostings(m *labels.Matcher) bool {
+	return m.Type == labels.MatchEqual && m.Name != labels.MetricName && m.Value != ""
+}
+
+// postingsFor returns the indexes (ascending) of the series that satisfy
+// every matcher byPostings answers: the intersection of their postings.
+// ok is false when no matcher is such (every series is a candidate).
+// idx is a postings list (read-only: shared with every reader) or, once
+// two are intersected, lies in buf; buf is returned, grown if it had to.
+func (e *metricEntry) postingsFor(ms []*labels.Matcher, buf []int32) (idx []int32, ok bool, _ []int32) {
 	for _, m := range ms {
-		if m.Type != labels.MatchEqual || m.Name == labels.MetricName || m.Value == "" {
+		if !byPostings(m) {
 			continue
 		}
 		p := e.postings[m.Name][m.Value]
-		if !found || len(p) < len(best) {
-			best, found = p, true
+		switch {
+		case !ok:
+			idx, ok = p, true
+			continue
+		case len(p) < len(idx):
+			idx = intersect(buf[:0], p, idx)
+		default:
+			idx = intersect(buf[:0], idx, p)
+		}
+		buf = idx
+		if len(idx) == 0 {
+			break
 		}
 	}
-	if !found {
-		return nil
+	if ok && idx == nil {
+		idx = []int32{} // an equality nothing satisfies
 	}
-	if best == nil {
-		return []int32{} // an equality matcher nothing satisfies
+	return idx, ok, buf
+}
+
+// intersect appends to dst the values of small also in large, both
+// ascending. dst may share either input's array from its start: the
+// result is a subsequence of each, so every write lands at or behind
+// where both are being read.
+func intersect(dst, small, large []int32) []int32 {
+	j := 0
+	for _, x := range small {
+		// Gallop: the next candidate is at or after j.
+		k, step := j, 1
+		for k < len(large) && large[k] < x {
+			j = k + 1
+			k += step
+			step *= 2
+		}
+		j += searchInt32(large[j:min(k+1, len(large))], x)
+		if j < len(large) && large[j] == x {
+			dst = append(dst, x)
+			j++
+		}
 	}
-	return best
+	return dst
+}
+
+// searchInt32 is the first index of s (ascending) holding a value >= x.
+func searchInt32(s []int32, x int32) int {
+	lo, hi := 0, len(s)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if s[m] < x {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return lo
 }
 
 // hasSamplesIn reports whether any series holds a float or histogram
@@ -289,6 +342,24 @@ func sampleStreams(c *catalog, src archive.SourceInfo, nc nameConstraint) ([]str
 
 // selectSeries answers one Select from one snapshot, series sorted by labels.
 func (s *store) selectSeries(ctx context.Context, p selectParams) ([]*series, error) {
+	sel, err := s.selectPieces(ctx, p)
+	if err != nil || sel == nil {
+		return nil, err
+	}
+	out, err := materialize(ctx, sel, p.exemplars, s.par)
+	if err != nil {
+		return nil, err
+	}
+	if p.stats != nil {
+		p.stats.rawSamples = int(sel.raw.Load())
+	}
+	return out, nil
+}
+
+// selectPieces gathers one Select's pieces from one snapshot; nil when
+// nothing can match. The packed pieces it holds stay valid after the
+// snapshot ends: cached entries are immutable.
+func (s *store) selectPieces(ctx context.Context, p selectParams) (*selection, error) {
 	if p.mint > p.maxt {
 		return nil, nil
 	}
@@ -309,10 +380,7 @@ func (s *store) selectSeries(ctx context.Context, p selectParams) ([]*series, er
 	if err != nil {
 		return nil, err
 	}
-	if p.stats != nil {
-		p.stats.rawSamples = acc.raw
-	}
-	return acc.finish(p.exemplars), nil
+	return acc.finish(p), nil
 }
 
 func (s *store) segID(src archive.SourceID, m archive.StreamSegment) segmentID {
@@ -726,173 +794,6 @@ func (s *store) decodeMetrics(tx *archive.ReadTx, id segmentID, x *promsample.In
 	return out, nil
 }
 
-// accumulator merges the pieces of each series.
-type accumulator struct {
-	byKey  map[string]*pieces
-	key    []byte
-	budget *budget
-	raw    int // floats and histograms added, before de-duplication
-	u      unpacker
-	// slab is where packed floats are decoded to: one allocation for many
-	// series. Its used part is handed out (capped) and never written
-	// again; next is the size of the next slab, doubling up to maxSlab.
-	slab []promsample.Sample
-	next int
-}
-
-const (
-	minSlab = 1 << 10
-	maxSlab = 1 << 16
-)
-
-type pieces struct {
-	any    bool // labelsOnly: the series has data in range
-	lbls   labels.Labels
-	floats [][]promsample.Sample
-	hists  [][]promsample.Histogram
-	ex     [][]promsample.Exemplar
-}
-
-func newAccumulator(b *budget) *accumulator {
-	return &accumulator{byKey: map[string]*pieces{}, budget: b, next: minSlab}
-}
-
-// addEntry adds the series of a cached metric entry that match p. With an
-// equality matcher on a label other than __name__, only that label's
-// postings are visited, never every series of the metric.
-func (a *accumulator) addEntry(e *metricEntry, p selectParams) error {
-	if idx := e.lookup(p.matchers); idx != nil {
-		for _, k := range idx {
-			if err := a.addIfMatch(e, &e.series[k], p); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	for k := range e.series {
-		if err := a.addIfMatch(e, &e.series[k], p); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func (a *accumulator) addIfMatch(e *metricEntry, sr *packedSeries, p selectParams) error {
-	if !matchesAll(p.matchers, sr.lbls) {
-		return nil
-	}
-	return a.addPacked(e, sr, p)
-}
-
-// addPacked takes the part of a packed series in [p.mint, p.maxt].
-func (a *accumulator) addPacked(e *metricEntry, sr *packedSeries, p selectParams) error {
-	hs := trimHists(e.hists(sr), p.mint, p.maxt)
-	var ex []promsample.Exemplar
-	if p.exemplars {
-		ex = trimExemplars(e.exemplars(sr), p.mint, p.maxt)
-	}
-	if p.labelsOnly {
-		if len(hs)+len(ex) == 0 {
-			ok, err := e.hasFloatsIn(&a.u, sr, p.mint, p.maxt)
-			if err != nil || !ok {
-				return err
-			}
-		}
-		return a.addParts(sr.lbls, nil, hs, ex, true, p)
-	}
-	var fl []promsample.Sample
-	if n := e.countIn(sr, p.mint, p.maxt); n > 0 {
-		buf := a.alloc(n)
-		var err error
-		if fl, err = a.u.floats(e, sr, p.mint, p.maxt, buf); err != nil {
-			return err
-		}
-		fl = fl[:len(fl):len(fl)]
-		if len(fl) <= n {
-			a.slab = a.slab[:len(a.slab)+len(fl)]
-		}
-	}
-	return a.addParts(sr.lbls, fl, hs, ex, false, p)
-}
-
-// alloc returns an empty slice with room for n samples in the slab.
-func (a *accumulator) alloc(n int) []promsample.Sample {
-	if cap(a.slab)-len(a.slab) < n {
-		a.slab = make([]promsample.Sample, 0, max(n, a.next))
-		a.next = min(2*a.next, maxSlab)
-	}
-	return a.slab[len(a.slab) : len(a.slab) : len(a.slab)+n]
-}
-
-// add takes the part of sr in [p.mint, p.maxt]; trim is false when sr is
-// already restricted to it.
-func (a *accumulator) add(sr *promsample.Series, p selectParams, trim bool) error {
-	fl, hs, ex := sr.Samples, sr.Histograms, sr.Exemplars
-	if trim {
-		fl = trimSamples(fl, p.mint, p.maxt)
-		hs = trimHists(hs, p.mint, p.maxt)
-		ex = trimExemplars(ex, p.mint, p.maxt)
-	}
-	if !p.exemplars {
-		ex = nil
-	}
-	return a.addParts(sr.Labels, fl, hs, ex, len(fl) > 0, p)
-}
-
-// addParts records one piece of a series; hasFloats says the series has a
-// float in range even when fl is not given (labelsOnly).
-func (a *accumulator) addParts(lbls labels.Labels, fl []promsample.Sample, hs []promsample.Histogram, ex []promsample.Exemplar, hasFloats bool, p selectParams) error {
-	if !hasFloats && len(fl)+len(hs)+len(ex) == 0 {
-		return nil
-	}
-	if p.labelsOnly {
-		a.key = lbls.Bytes(a.key[:0])
-		if a.byKey[string(a.key)] == nil {
-			a.byKey[string(a.key)] = &pieces{lbls: lbls, any: true}
-		}
-		return nil
-	}
-	if len(fl)+len(hs)+len(ex) == 0 {
-		return nil
-	}
-	if err := a.budget.take(len(fl) + len(hs)); err != nil {
-		return err
-	}
-	a.raw += len(fl) + len(hs)
-	a.key = lbls.Bytes(a.key[:0])
-	pc := a.byKey[string(a.key)]
-	if pc == nil {
-		pc = &pieces{lbls: lbls}
-		a.byKey[string(a.key)] = pc
-	}
-	if len(fl) > 0 {
-		pc.floats = append(pc.floats, fl)
-	}
-	if len(hs) > 0 {
-		pc.hists = append(pc.hists, hs)
-	}
-	if len(ex) > 0 {
-		pc.ex = append(pc.ex, ex)
-	}
-	return nil
-}
-
-func (a *accumulator) finish(exemplars bool) []*series {
-	out := make([]*series, 0, len(a.byKey))
-	for _, pc := range a.byKey {
-		sr := &series{lbls: pc.lbls, floats: mergeSamples(pc.floats), hists: mergeHists(pc.hists)}
-		if exemplars {
-			sr.exemplars = mergeExemplars(pc.ex)
-		}
-		if len(sr.floats)+len(sr.hists)+len(sr.exemplars) == 0 && !pc.any {
-			continue
-		}
-		out = append(out, sr)
-	}
-	slices.SortFunc(out, func(a, b *series) int { return labels.Compare(a.lbls, b.lbls) })
-	return out
-}
-
 func trimSamples(s []promsample.Sample, mint, maxt int64) []promsample.Sample {
 	lo, _ := slices.BinarySearchFunc(s, mint, func(x promsample.Sample, t int64) int { return cmp.Compare(x.T, t) })
 	hi := len(s)
@@ -931,6 +832,10 @@ func compareSample(a, b promsample.Sample) int {
 	return cmp.Or(cmp.Compare(a.T, b.T), cmp.Compare(math.Float64bits(a.V), math.Float64bits(b.V)))
 }
 
+func sameSample(a, b promsample.Sample) bool {
+	return a.T == b.T && math.Float64bits(a.V) == math.Float64bits(b.V)
+}
+
 // mergeSamples merges sorted pieces into one sorted slice without exact
 // duplicates. One piece is returned as is (it is already canonical: the
 // decoder sorts and de-duplicates).
@@ -961,9 +866,7 @@ func mergeSamples(ps [][]promsample.Sample) []promsample.Sample {
 	if !slices.IsSortedFunc(out, compareSample) {
 		slices.SortFunc(out, compareSample)
 	}
-	return slices.CompactFunc(out, func(a, b promsample.Sample) bool {
-		return a.T == b.T && math.Float64bits(a.V) == math.Float64bits(b.V)
-	})
+	return slices.CompactFunc(out, sameSample)
 }
 
 func sameHistogram(a, b promsample.Histogram) bool {
