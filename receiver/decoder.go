@@ -47,7 +47,8 @@ type Counts struct {
 // series' exemplars, metadata or start timestamps over several entries);
 // each has sorted, valid labels with a __name__, and at least one sample,
 // histogram or exemplar. Float values keep their exact bits. Nothing in a
-// Request aliases the body or a pooled buffer: a Sink may keep it all.
+// Request aliases the body. Its Series and their Samples may be handed back
+// to the Decoder with Recycle once nothing uses them.
 type Request struct {
 	Protocol Protocol
 	Series   []promsample.Series
@@ -55,6 +56,8 @@ type Request struct {
 	// metadata deduplicated by metric name (first entry wins).
 	Metadata []promsample.Metadata
 	Counts   Counts
+
+	slab *requestSlab // the memory Decoder.Recycle takes back; nil if none
 }
 
 // Decoder turns remote-write bodies into Requests. It is safe for
@@ -69,8 +72,9 @@ type Decoder struct {
 	// v1 lends v1Decoders, each with its label cache, at most GOMAXPROCS
 	// at a time: that bounds the caches' memory (GOMAXPROCS x
 	// maxCacheBytes).
-	v1 *freeList[*v1Decoder]
-	v2 sync.Pool // *v2Decoder
+	v1    *freeList[*v1Decoder]
+	v2    sync.Pool // *v2Decoder
+	slabs *slabPool // Request memory, back from Recycle
 }
 
 // maxPooledBuf bounds the buffers kept for reuse, so that one huge request
@@ -92,7 +96,9 @@ func NewDecoder(o Options) (*Decoder, error) {
 }
 
 func newDecoder(o Options) *Decoder {
-	return &Decoder{opts: o, v1: newFreeList(runtime.GOMAXPROCS(0), newV1Decoder)}
+	slabs := &slabPool{}
+	return &Decoder{opts: o, slabs: slabs,
+		v1: newFreeList(runtime.GOMAXPROCS(0), func() *v1Decoder { return newV1Decoder(slabs) })}
 }
 
 // Decode decodes and validates a snappy-block-compressed body holding a

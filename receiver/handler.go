@@ -21,8 +21,10 @@ import (
 )
 
 // Sink commits the data of one request. Write returns nil only once
-// everything passed is durable; the Handler answers 2xx only then. It may
-// keep the slices (nothing is reused after it returns). Errors should wrap
+// everything passed is durable; the Handler answers 2xx only then. It must
+// not keep series, or the Samples slices of its elements, after it returns:
+// the Handler reuses that memory for later requests (labels, histograms,
+// exemplars and metadata it may keep). Errors should wrap
 // ErrRejected (permanent: 400), ErrUnavailable (503, retry) or ErrDiskFull
 // (507, retry); anything else is answered 500 (see Status). written reports
 // what was committed and is echoed in the 2.0 response headers.
@@ -129,6 +131,8 @@ func (h *Handler) serve(r *http.Request) (o outcome) {
 		o.err = err
 		return o
 	}
+	// The Sink is done with the request once Write returns (see Sink).
+	defer h.dec.Recycle(req)
 	h.m.sizeBytes.WithLabelValues("compressed").Observe(float64(len(body)))
 	if n, err := snappy.DecodedLen(body); err == nil {
 		h.m.sizeBytes.WithLabelValues("decoded").Observe(float64(n))

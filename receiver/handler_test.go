@@ -10,6 +10,7 @@ import (
 	"math"
 	"net/http"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -779,6 +780,57 @@ func TestDecoderAcrossRequestShapes(t *testing.T) {
 			if req.Counts.Samples != sh.series*sh.per {
 				t.Fatalf("round %d, %d x %d: counted %d samples", round, sh.series, sh.per, req.Counts.Samples)
 			}
+			d.Recycle(req) // the next shape may reuse (and outgrow) its slab
 		}
 	}
+}
+
+// TestRecycleNeverAliasesALiveRequest: only recycled memory is reused. A
+// request kept (not recycled) stays intact through later decodes, two
+// requests alive at once never share samples, and recycling twice does not
+// hand one slab out twice.
+func TestRecycleNeverAliasesALiveRequest(t *testing.T) {
+	d, _ := NewDecoder(Options{})
+	decode := func(series, per int) (*Request, []promsample.Series) {
+		t.Helper()
+		wr := benchRequestV1(series, per)
+		req, err := d.Decode(ProtocolV1, encodeV1(t, wr))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return req, cloneSeries(req.Series)
+	}
+	kept, keptWant := decode(50, 4)
+	for i := range 20 {
+		a, _ := decode(100+i, 4)
+		d.Recycle(a)
+		d.Recycle(a) // a no-op: a's slab is in the pool once
+		b, bWant := decode(100+i, 4)
+		c, cWant := decode(100+i, 4)
+		if &b.Series[0].Samples[0] == &c.Series[0].Samples[0] {
+			t.Fatalf("round %d: two live requests share their samples", i)
+		}
+		if diff := diffSeries(b.Series, bWant); diff != "" {
+			t.Fatalf("round %d: b changed: %s", i, diff)
+		}
+		if diff := diffSeries(c.Series, cWant); diff != "" {
+			t.Fatalf("round %d: c changed: %s", i, diff)
+		}
+		d.Recycle(b)
+		d.Recycle(c)
+	}
+	if diff := diffSeries(kept.Series, keptWant); diff != "" {
+		t.Fatalf("a request never recycled was overwritten: %s", diff)
+	}
+	if d.Recycle(nil); kept.Series == nil {
+		t.Fatal("Recycle(nil) touched another request")
+	}
+}
+
+func cloneSeries(in []promsample.Series) []promsample.Series {
+	out := slices.Clone(in)
+	for i := range out {
+		out[i].Samples = slices.Clone(out[i].Samples)
+	}
+	return out
 }

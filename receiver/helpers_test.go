@@ -7,6 +7,7 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -36,8 +37,14 @@ var _ Sink = (*fakeSink)(nil)
 
 func (f *fakeSink) Write(ctx context.Context, source string, series []promsample.Series, meta []promsample.Metadata) (Counts, error) {
 	f.calls.Add(1)
+	// The Handler reuses series' memory once Write returns (see Sink):
+	// keep a copy.
+	kept := slices.Clone(series)
+	for i := range kept {
+		kept[i].Samples = slices.Clone(kept[i].Samples)
+	}
 	f.mu.Lock()
-	f.source, f.series, f.meta = source, series, meta
+	f.source, f.series, f.meta = source, kept, meta
 	f.mu.Unlock()
 	if f.write != nil {
 		return f.write(ctx, source, series, meta)

@@ -23,6 +23,7 @@ type v1Decoder struct {
 	sl    *seriesLabels
 	el    *exemplarLabels
 	cache labelCache // label prefix bytes -> labels; kept across requests
+	slabs *slabPool  // the Decoder's, shared by its v1Decoders
 
 	scheme model.ValidationScheme
 	req    *Request
@@ -39,8 +40,8 @@ type v1Decoder struct {
 
 type seriesOffsets struct{ s0, s1, h0, h1, e0, e1 int }
 
-func newV1Decoder() *v1Decoder {
-	return &v1Decoder{sl: newSeriesLabels(), el: newExemplarLabels()}
+func newV1Decoder(slabs *slabPool) *v1Decoder {
+	return &v1Decoder{sl: newSeriesLabels(), el: newExemplarLabels(), slabs: slabs}
 }
 
 func (v *v1Decoder) decode(msg []byte, utf8Names bool) (*Request, error) {
@@ -49,11 +50,9 @@ func (v *v1Decoder) decode(msg []byte, utf8Names bool) (*Request, error) {
 		v.scheme = model.UTF8Validation
 	}
 	nSeries, nSamples := v.sizes(msg)
-	v.req = &Request{Protocol: ProtocolV1, Series: make([]promsample.Series, 0, nSeries)}
-	v.samples, v.hists, v.exs, v.offs = nil, nil, nil, v.offs[:0]
-	if nSamples > 0 {
-		v.samples = make([]promsample.Sample, 0, nSamples)
-	}
+	sl := v.slabs.get(nSeries, nSamples)
+	v.req = &Request{Protocol: ProtocolV1, Series: sl.series, slab: sl}
+	v.samples, v.hists, v.exs, v.offs = sl.samples, nil, nil, v.offs[:0]
 	defer func() { v.req, v.samples, v.hists, v.exs = nil, nil, nil, nil }()
 
 	idx, midx := 0, 0 // series and metadata index in wire order, for reasons
@@ -100,6 +99,8 @@ func (v *v1Decoder) decode(msg []byte, utf8Names bool) (*Request, error) {
 		v.samplesPerKiB = float64(len(v.samples)) * 1024 / float64(len(msg))
 	}
 	req := v.req
+	// The slab keeps what the appends grew to, for the next request.
+	sl.series, sl.samples = req.Series, v.samples
 	for i, o := range v.offs {
 		s := &req.Series[i]
 		s.Samples = v.samples[o.s0:o.s1:o.s1]
