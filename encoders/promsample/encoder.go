@@ -79,6 +79,10 @@ type Options struct {
 // between calls and is safe for concurrent use. The zero value is ready.
 type Encoder struct {
 	Opts Options
+
+	// goAlloc makes the writer use arrow-go's Go allocator instead of a
+	// writeAllocator (tests compare the two).
+	goAlloc bool
 }
 
 var (
@@ -361,7 +365,11 @@ func (e *Encoder) write(series []*seriesData, meta []Metadata, sizeHint int) (da
 		return nil, nil, err
 	}
 
-	root, props, err := segmentSchema(labelNames, dictionaryLabels(series))
+	var mem memory.Allocator = newWriteAllocator() // dropped with this write
+	if e.goAlloc {
+		mem = memory.NewGoAllocator()
+	}
+	root, props, err := segmentSchema(labelNames, dictionaryLabels(series), mem)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -440,7 +448,7 @@ func dictionaryLabels(series []*seriesData) map[string]bool {
 }
 
 // segmentSchema builds the Parquet schema and writer properties.
-func segmentSchema(labelNames []string, dict map[string]bool) (*schema.GroupNode, *parquet.WriterProperties, error) {
+func segmentSchema(labelNames []string, dict map[string]bool, mem memory.Allocator) (*schema.GroupNode, *parquet.WriterProperties, error) {
 	var errs []error
 	node := func(n *schema.PrimitiveNode, err error) schema.Node {
 		errs = append(errs, err)
@@ -449,6 +457,7 @@ func segmentSchema(labelNames []string, dict map[string]bool) (*schema.GroupNode
 	str := schema.StringLogicalType{}
 	fields := schema.FieldList{node(schema.NewPrimitiveNodeLogical(ColMetric, parquet.Repetitions.Required, str, parquet.Types.ByteArray, -1, -1))}
 	opts := []parquet.WriterProperty{
+		parquet.WithAllocator(mem),
 		parquet.WithCompression(compress.Codecs.Lz4Raw),
 		parquet.WithDictionaryDefault(false),
 		parquet.WithVersion(parquet.V2_LATEST),
