@@ -252,7 +252,7 @@ func (e *BatchEncoder) Append(dst []byte, b *Batch) ([]byte, error) {
 	if cap(e.comp) < need {
 		e.comp = make([]byte, need)
 	}
-	enc := s2.EncodeBetter(e.comp[:need], e.raw)
+	enc := s2.Encode(e.comp[:need], e.raw)
 	if dst == nil {
 		dst = make([]byte, 0, 1+len(enc))
 	}

@@ -19,9 +19,9 @@ import (
 // Prometheus sends: 1 M active series at a 15 s interval is 67 k samples/s),
 // and a one-series query reads an eighth of a source's data. Measured here
 // by BenchmarkBuckets on the node_exporter set (~150 metric names): rows per
-// request equal the bucket count, wal bytes per sample grow 11.6 (1) / 12.1
-// (4) / 12.7 (8) / 13.5 (16), and the bytes a one-series read fetches fall
-// 1.57 MB / 225 KB / 99 KB / 33 KB. Going to 16
+// request equal the bucket count, wal bytes per sample grow 12.5 (1) / 13.0
+// (4) / 13.7 (8) / 14.8 (16), and the bytes a one-series read fetches fall
+// 1.50 MB / 210 KB / 92 KB / 30 KB. Going to 16
 // would halve read bytes again for ~25% less write headroom and nearly
 // double write amplification; 4 would double read bytes for ~20% more write
 // headroom. Because series are routed by metric name, a source with fewer
