@@ -1780,7 +1780,7 @@ func (l *loop) finishSeal(out sealOutput) {
 // writer's cache, hundreds of pages that the prune and the next appends
 // never read again, and SQLite keeps them until the cache (writerCacheKiB)
 // is full. The driver's allocator also rounds each ~4.2 KB cache line up to
-// an 8 KiB slot, so a full 16 MiB cache held ~32 MiB of the process's RSS.
+// an 8 KiB slot, so a full cache holds twice its size of the process's RSS.
 // Pages the writer does reuse (the B-trees' upper levels and tails) come
 // back from the OS page cache at the next read; the cache size is unchanged.
 func (l *loop) releaseCache() {
