@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -273,6 +274,61 @@ func TestASealReleasesTheWritersPageCache(t *testing.T) {
 	}
 	if after := w.Stats().CacheBytes; after > before/4 {
 		t.Fatalf("writer cache holds %d bytes after the seal, %d before: not released", after, before)
+	}
+	must(t, w.Err())
+}
+
+// consumingTags is Tags as a ConsumingEncoder: EncodeConsuming drops each
+// row's Data, and counts its calls.
+type consumingTags struct {
+	at.Tags
+	calls *atomic.Int64
+}
+
+func (c consumingTags) EncodeConsuming(stream string, rows []archive.Row) (*archive.Segment, error) {
+	c.calls.Add(1)
+	seg, err := c.Encode(stream, rows)
+	for i := range rows {
+		rows[i].Data = nil
+	}
+	return seg, err
+}
+
+// The writer's seal hands its rows to a ConsumingEncoder's EncodeConsuming,
+// which may drop their Data while the writer reads their TS (appends racing
+// the encode, under -race) and still records every row exactly once; the
+// public Materialize never consumes its caller's rows.
+func TestASealMayConsumeItsRows(t *testing.T) {
+	ctx := at.Ctx(t)
+	var calls atomic.Int64
+	enc := consumingTags{calls: &calls}
+	w, s := newSource(t, archive.WriterOptions{Encoder: enc, Now: func() time.Time { return time.Unix(0, 1) }})
+	var acked []int64
+	for i := range 200 {
+		rows := at.Rows("s", 0)
+		r, err := w.AppendWait(ctx, []archive.SourceRows{{Source: s.ID(), Rows: rows}}, true)
+		if err != nil || r.Dropped() != 0 {
+			t.Fatalf("append %d: %v %+v", i, err, r.Streams)
+		}
+		acked = append(acked, rows[0].TS)
+		if i%7 == 6 {
+			must(t, w.Seal(ctx, s.ID(), []string{"s"})) // not waited for: appends race the encode
+		}
+	}
+	must(t, s.Sync(ctx))
+	if calls.Load() == 0 {
+		t.Fatal("the seal never called EncodeConsuming")
+	}
+	exactlyOnce(t, everyRow(t, w.Path(), s.ID(), "s"), acked)
+
+	rows := at.Rows("s", 1, 2, 3)
+	if _, err := archive.Materialize(enc, "s", rows); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rows {
+		if r.Data == nil {
+			t.Fatal("Materialize let the encoder consume its caller's rows")
+		}
 	}
 	must(t, w.Err())
 }

@@ -53,6 +53,18 @@ type SegmentEncoder interface {
 	Version() string
 }
 
+// A ConsumingEncoder is a SegmentEncoder that can also release its input as
+// it reads it. The writer's seal owns the rows it reads and needs only their
+// TS afterwards, so it calls EncodeConsuming when the encoder offers it: a
+// seal's rows are its largest allocation, and released one by one as they
+// are decoded they no longer sit in memory beside the segment being built.
+type ConsumingEncoder interface {
+	SegmentEncoder
+	// EncodeConsuming is Encode, except that it may set rows[i].Data to
+	// nil once it has read it. It leaves every other field alone.
+	EncodeConsuming(stream string, rows []Row) (*Segment, error)
+}
+
 // MetadataKeyEncoder is the sources.metadata key holding the encoder version
 // a source was written with.
 const MetadataKeyEncoder = "encoder"
@@ -61,6 +73,13 @@ const MetadataKeyEncoder = "encoder"
 // against the encoder contract. It is the single validation point for the
 // writer's seal, for copies and for every read of a live tail.
 func Materialize(enc SegmentEncoder, stream string, rows []Row) (seg *Segment, err error) {
+	return materialize(enc, stream, rows, false)
+}
+
+// materialize is Materialize; with consume, and an enc that is a
+// ConsumingEncoder, the rows' Data may be gone when it returns (their TS,
+// all the contract check reads, stays).
+func materialize(enc SegmentEncoder, stream string, rows []Row, consume bool) (seg *Segment, err error) {
 	if len(rows) == 0 {
 		return nil, nil
 	}
@@ -70,7 +89,11 @@ func Materialize(enc SegmentEncoder, stream string, rows []Row) (seg *Segment, e
 			err = &EncoderError{Stream: stream, Err: fmt.Errorf("the encoder panicked: %v\n%s", p, debug.Stack())}
 		}
 	}()
-	seg, err = enc.Encode(stream, rows)
+	if ce, ok := enc.(ConsumingEncoder); ok && consume {
+		seg, err = ce.EncodeConsuming(stream, rows)
+	} else {
+		seg, err = enc.Encode(stream, rows)
+	}
 	if err != nil {
 		return nil, &EncoderError{Stream: stream, Err: err}
 	}

@@ -1542,7 +1542,9 @@ type sealOutput struct {
 func encodeSeal(enc SegmentEncoder, job *sealJob, done chan<- sealOutput) {
 	out := sealOutput{job: job, segs: make([]*Segment, len(job.inputs))}
 	for i, in := range job.inputs {
-		seg, err := Materialize(enc, in.stream, in.rows)
+		// The job owns its rows, and finishSeal reads only their TS: the
+		// encoder may drop each row's Data once decoded (ConsumingEncoder).
+		seg, err := materialize(enc, in.stream, in.rows, true)
 		if err != nil {
 			out.err = err
 			break

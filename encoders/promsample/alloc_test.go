@@ -3,6 +3,7 @@ package promsample
 import (
 	"bytes"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"unsafe"
 )
@@ -106,5 +107,39 @@ func TestWriteAllocatorSemantics(t *testing.T) {
 	a.Free(s)
 	if len(a.live) != 3 { // d, h, k
 		t.Fatalf("%d buffers tracked, want 3", len(a.live))
+	}
+}
+
+// EncodeConsuming writes the segment Encode writes, and leaves each row
+// with no Data (and its TS); Encode leaves its rows alone.
+func TestEncodeConsumingWritesWhatEncodeWrites(t *testing.T) {
+	rw := defaultRW()
+	rw.Series, rw.Samples = 500, 30
+	streams, _, err := toRows(rw.build().requests, DefaultStreamBuckets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &Encoder{}
+	for stream, rows := range streams {
+		want, err := e.Encode(stream, rows)
+		if err != nil {
+			t.Fatal(err)
+		}
+		consumed := slices.Clone(rows)
+		got, err := e.EncodeConsuming(stream, consumed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got.Bytes, want.Bytes) || got.Rows != want.Rows || got.FirstTS != want.FirstTS || got.LastTS != want.LastTS {
+			t.Fatalf("stream %s: EncodeConsuming wrote a different segment", stream)
+		}
+		for i := range rows {
+			if rows[i].Data == nil {
+				t.Fatalf("stream %s: Encode consumed row %d", stream, i)
+			}
+			if consumed[i].Data != nil || consumed[i].TS != rows[i].TS || consumed[i].Stream != rows[i].Stream {
+				t.Fatalf("stream %s row %d: %+v after EncodeConsuming", stream, i, consumed[i])
+			}
+		}
 	}
 }
