@@ -123,6 +123,17 @@ func (d *Decoder) Decode(p Protocol, body []byte) (*Request, error) {
 	case uint64(n) > snappyMaxRatio*uint64(len(body))+16:
 		return nil, fmt.Errorf("%w: snappy block of %d bytes cannot decode to the %d it declares", ErrMalformed, len(body), n)
 	}
+	if p == ProtocolV1 {
+		// The v1Decoder lent for the message also lends its snappy
+		// buffer: a pooled one was lost at every other GC.
+		v := d.v1.get()
+		defer d.v1.put(v)
+		msg, err := snappy.Decode(v.msgBuf(n), body)
+		if err != nil {
+			return nil, fmt.Errorf("%w: snappy: %v", ErrMalformed, err)
+		}
+		return v.decode(msg, d.opts.AllowUTF8NamesV1)
+	}
 	bp := d.buf(n)
 	defer d.putBuf(bp)
 	msg, err := snappy.Decode((*bp)[:cap(*bp)], body)

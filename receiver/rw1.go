@@ -24,6 +24,7 @@ type v1Decoder struct {
 	el    *exemplarLabels
 	cache labelCache // label prefix bytes -> labels; kept across requests
 	slabs *slabPool  // the Decoder's, shared by its v1Decoders
+	msg   []byte     // snappy output, reused (see msgBuf)
 
 	scheme model.ValidationScheme
 	req    *Request
@@ -42,6 +43,22 @@ type seriesOffsets struct{ s0, s1, h0, h1, e0, e1 int }
 
 func newV1Decoder(slabs *slabPool) *v1Decoder {
 	return &v1Decoder{sl: newSeriesLabels(), el: newExemplarLabels(), slabs: slabs}
+}
+
+// msgBuf returns a buffer of at least n bytes for a decoded message. The
+// buffer is kept for the next message, with 1/8 headroom so that requests of
+// about the same size reuse it, unless it exceeds maxPooledBuf.
+func (v *v1Decoder) msgBuf(n int) []byte {
+	if cap(v.msg) >= n {
+		return v.msg[:n]
+	}
+	b := make([]byte, n, n+n/8)
+	if cap(b) <= maxPooledBuf {
+		v.msg = b
+	} else {
+		v.msg = nil
+	}
+	return b
 }
 
 func (v *v1Decoder) decode(msg []byte, utf8Names bool) (*Request, error) {
