@@ -48,3 +48,40 @@ func (f *freeList[T]) put(t T) {
 	f.mu.Unlock()
 	<-f.slots
 }
+
+// bufStack keeps byte slices for reuse, the most recently returned first,
+// up to maxStackBufs of them and none larger than maxStackBuf.
+type bufStack struct {
+	mu   sync.Mutex
+	bufs [][]byte
+}
+
+const (
+	maxStackBufs = 64
+	maxStackBuf  = 1 << 20
+)
+
+// get returns an empty slice, with the capacity of a returned one if any.
+func (s *bufStack) get() []byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if n := len(s.bufs); n > 0 {
+		b := s.bufs[n-1]
+		s.bufs[n-1] = nil
+		s.bufs = s.bufs[:n-1]
+		return b[:0]
+	}
+	return nil
+}
+
+// put hands back b, which its caller no longer uses.
+func (s *bufStack) put(b []byte) {
+	if cap(b) == 0 || cap(b) > maxStackBuf {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.bufs) < maxStackBufs {
+		s.bufs = append(s.bufs, b)
+	}
+}

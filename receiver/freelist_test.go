@@ -40,3 +40,30 @@ func TestFreeListLendsTheWarmestFirstAndAtMostMax(t *testing.T) {
 		t.Fatalf("made %d objects, want 2", made)
 	}
 }
+
+func TestBufStackReusesTheLatestAndBoundsWhatItKeeps(t *testing.T) {
+	var s bufStack
+	if b := s.get(); b != nil {
+		t.Fatalf("empty stack gave %d bytes", cap(b))
+	}
+	a, b := make([]byte, 10, 100), make([]byte, 5, 200)
+	s.put(a)
+	s.put(b)
+	s.put(make([]byte, 0, maxStackBuf+1)) // too large to keep
+	s.put(nil)
+	if got := s.get(); cap(got) != 200 || len(got) != 0 {
+		t.Fatalf("got len %d cap %d, want the last one put, emptied (cap 200)", len(got), cap(got))
+	}
+	if got := s.get(); cap(got) != 100 {
+		t.Fatalf("got cap %d, want 100", cap(got))
+	}
+	if got := s.get(); got != nil {
+		t.Fatalf("kept a buffer it should not have (cap %d)", cap(got))
+	}
+	for range maxStackBufs + 10 {
+		s.put(make([]byte, 1))
+	}
+	if len(s.bufs) != maxStackBufs {
+		t.Fatalf("kept %d buffers, want at most %d", len(s.bufs), maxStackBufs)
+	}
+}

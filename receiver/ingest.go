@@ -89,6 +89,9 @@ type Ingester struct {
 	// scratch lends rowScratches, each with its encoder's label cache, at
 	// most GOMAXPROCS at a time: that bounds the caches' memory.
 	scratch *freeList[*rowScratch]
+	// rowBufs holds the byte slices of committed rows for the next
+	// request's rows to be encoded into.
+	rowBufs bufStack
 }
 
 func (in *Ingester) getScratch() *rowScratch { return in.scratch.get() }
@@ -309,7 +312,7 @@ func (in *Ingester) Write(ctx context.Context, name string, series []promsample.
 	rows := make([]archive.Row, 0, len(parts))
 	for _, p := range parts {
 		var err error
-		if rows, err = appendRows(&sc.enc, rows, p.Stream, &p.Batch); err != nil {
+		if rows, err = appendRows(&sc.enc, &in.rowBufs, rows, p.Stream, &p.Batch); err != nil {
 			in.putScratch(sc)
 			return Counts{}, fmt.Errorf("%w: %w", ErrRejected, err)
 		}
@@ -330,6 +333,13 @@ func (in *Ingester) Write(ctx context.Context, name string, series []promsample.
 		return Counts{}, fmt.Errorf("%w: %w", ErrIncompleteWrite, in.writeError(cause))
 	}
 	in.account(id, rows)
+	// Committed: the writer has let go of the rows' bytes (it reads them
+	// only until the commit it answered), so they can carry the next
+	// request's rows. On an error they may still be queued, and are left
+	// to the GC.
+	for i := range rows {
+		in.rowBufs.put(rows[i].Data)
+	}
 	var c Counts
 	for _, s := range series {
 		c.Samples += len(s.Samples)
@@ -343,8 +353,8 @@ func (in *Ingester) Write(ctx context.Context, name string, series []promsample.
 // is larger than a row may be (promsample.MaxBatchBytes), as several rows of
 // that stream, halving its series until each fits. All of them go into the
 // request's one transaction, and the writer stamps each with its own ts.
-func appendRows(enc *promsample.BatchEncoder, rows []archive.Row, stream string, b *promsample.Batch) ([]archive.Row, error) {
-	data, err := enc.Append(nil, b)
+func appendRows(enc *promsample.BatchEncoder, bufs *bufStack, rows []archive.Row, stream string, b *promsample.Batch) ([]archive.Row, error) {
+	data, err := enc.Append(bufs.get(), b)
 	if err == nil {
 		return append(rows, archive.Row{Stream: stream, Data: data}), nil
 	}
@@ -354,10 +364,10 @@ func appendRows(enc *promsample.BatchEncoder, rows []archive.Row, stream string,
 	half := len(b.Series) / 2
 	first := promsample.Batch{Series: b.Series[:half], Metadata: b.Metadata}
 	second := promsample.Batch{Series: b.Series[half:]}
-	if rows, err = appendRows(enc, rows, stream, &first); err != nil {
+	if rows, err = appendRows(enc, bufs, rows, stream, &first); err != nil {
 		return rows, err
 	}
-	return appendRows(enc, rows, stream, &second)
+	return appendRows(enc, bufs, rows, stream, &second)
 }
 
 // writeError maps an archive failure onto the handler's retry contract.
