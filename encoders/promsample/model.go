@@ -54,10 +54,9 @@ type Series struct {
 // foreign hint only costs the lookup it would have saved. Safe for
 // concurrent use by many encoders. The zero value is ready.
 type SeriesHint struct {
-	// Each an encoder tag << 32 | slot in that encoder's cache; an encoder
-	// uses the one its tag's low bit picks, so two busy encoders (a
-	// receiver's usual pair under overlapping requests) can both remember
-	// a set, half the time.
+	// Each an encoder tag << 32 | slot in that encoder's cache (0: none),
+	// so that two busy encoders (a receiver's usual pair under overlapping
+	// requests) can both remember a set; see BatchEncoder.hintSlot.
 	v [2]atomic.Uint64
 }
 

@@ -153,7 +153,7 @@ func (e *BatchEncoder) seriesLabels(ls labels.Labels, hint *SeriesHint) {
 			}
 		}
 		if hint != nil && labels.Equal(e.slots[slot].ls, ls) {
-			hint.v[e.tag&1].Store(uint64(e.tag)<<32 | uint64(slot))
+			hint.v[e.hintSlot(hint)].Store(uint64(e.tag)<<32 | uint64(slot))
 		}
 	}
 	ids := e.arena[set.off : set.off+set.n]
@@ -171,12 +171,35 @@ func (e *BatchEncoder) hinted(ls labels.Labels, hint *SeriesHint) (labelSet, boo
 	if hint == nil {
 		return labelSet{}, false
 	}
-	v := hint.v[e.tag&1].Load()
-	slot := uint32(v)
-	if uint32(v>>32) != e.tag || int(slot) >= len(e.slots) || !labels.Equal(e.slots[slot].ls, ls) {
-		return labelSet{}, false
+	for i := range hint.v {
+		v := hint.v[(int(e.tag)+i)&1].Load()
+		if uint32(v>>32) != e.tag {
+			continue
+		}
+		slot := uint32(v)
+		if int(slot) >= len(e.slots) || !labels.Equal(e.slots[slot].ls, ls) {
+			return labelSet{}, false
+		}
+		return e.slots[slot], true
 	}
-	return e.slots[slot], true
+	return labelSet{}, false
+}
+
+// hintSlot picks the slot of hint this encoder writes: the one holding its
+// tag already; else its tag's low bit's, unless another encoder holds that
+// one and the other is free or stale. Two encoders whose tags share the
+// low bit (one pair in two) then still both keep a hint, instead of
+// overwriting each other's on every request.
+func (e *BatchEncoder) hintSlot(hint *SeriesHint) int {
+	own := int(e.tag & 1)
+	a, b := hint.v[own].Load(), hint.v[1-own].Load()
+	switch {
+	case uint32(a>>32) == e.tag || a == 0:
+		return own
+	case uint32(b>>32) == e.tag || b == 0:
+		return 1 - own
+	}
+	return own
 }
 
 // EncodeBatch encodes b as one self-contained, compressed wal row.

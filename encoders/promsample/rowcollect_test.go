@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/dendro-receiver/dendro-receiver/archive"
+
+	"github.com/prometheus/prometheus/model/labels"
 )
 
 // The seal's row collector must build exactly the segment that decoding
@@ -175,5 +177,29 @@ func TestSeriesHintsNeverChangeARow(t *testing.T) {
 	}
 	if hits == 0 {
 		t.Fatal("no hint was ever set")
+	}
+}
+
+// Two encoders whose tags share the low bit (one pair in two) both keep
+// their hint in one SeriesHint, rather than overwriting each other's.
+func TestTwoEncodersKeepTheirHints(t *testing.T) {
+	ls := labels.FromStrings("__name__", "up", "job", "a")
+	hint := new(SeriesHint)
+	b := Batch{Series: []Series{{Labels: ls, Samples: []Sample{{T: 1, V: 1}}, Hint: hint}}}
+	for _, tags := range [][2]uint32{{2, 4}, {3, 5}, {2, 3}} {
+		*hint = SeriesHint{}
+		e1, e2 := &BatchEncoder{tag: tags[0]}, &BatchEncoder{tag: tags[1]}
+		for range 3 {
+			for _, e := range []*BatchEncoder{e1, e2} {
+				if _, err := e.Append(nil, &b); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		for _, e := range []*BatchEncoder{e1, e2} {
+			if _, ok := e.hinted(ls, hint); !ok {
+				t.Errorf("tags %v: encoder %d lost its hint", tags, e.tag)
+			}
+		}
 	}
 }
