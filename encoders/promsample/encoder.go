@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"unsafe"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -75,14 +76,57 @@ type Options struct {
 }
 
 // Encoder turns a stream's wal rows (each an EncodeBatch row) into one
-// Parquet segment, and merges segments for compaction. It holds no state
-// between calls and is safe for concurrent use. The zero value is ready.
+// Parquet segment, and merges segments for compaction. It keeps nothing
+// between calls but spare buffers, and is safe for concurrent use. The zero
+// value is ready; an Encoder must not be copied after first use.
 type Encoder struct {
 	Opts Options
 
 	// goAlloc makes the writer use arrow-go's Go allocator instead of a
 	// writeAllocator (tests compare the two).
 	goAlloc bool
+
+	spare spareWriters
+}
+
+// spareWriters keeps the column buffers of finished writes for the next
+// ones: rebuilt for every seal they were 7% of the bytes the server
+// allocated. At most maxSpareWriters are kept, none sized beyond the
+// default row group's rows, so what stays is a few MB.
+type spareWriters struct {
+	mu  sync.Mutex
+	cws []*columnWriter
+}
+
+const maxSpareWriters = 2
+
+func (s *spareWriters) get() *columnWriter {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if n := len(s.cws); n > 0 {
+		cw := s.cws[n-1]
+		s.cws[n-1] = nil
+		s.cws = s.cws[:n-1]
+		return cw
+	}
+	return new(columnWriter)
+}
+
+func (s *spareWriters) put(cw *columnWriter) {
+	if cap(cw.ts) > 4*DefaultRowGroupRows || cap(cw.unpacked) > 4*DefaultRowGroupRows {
+		return // a long series' or a merge's buffers: not worth keeping
+	}
+	// Drop what refers to this write's labels (the rest holds no pointers
+	// or points into the writer's own buffers).
+	clear(cw.strs)
+	clear(cw.dict)
+	clear(cw.dictIDs)
+	cw.labelNames, cw.strs, cw.dict = nil, cw.strs[:0], cw.dict[:0]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.cws) < maxSpareWriters {
+		s.cws = append(s.cws, cw)
+	}
 }
 
 var (
@@ -392,7 +436,9 @@ func (e *Encoder) write(series []*seriesData, meta []Metadata, sizeHint int) (da
 	if err != nil {
 		return nil, nil, err
 	}
-	cw := columnWriter{labelNames: labelNames}
+	cw := e.spare.get()
+	defer e.spare.put(cw)
+	cw.labelNames = labelNames
 	for _, p := range plans {
 		if err := cw.writeRowGroup(w, series[p.from:p.to]); err != nil {
 			return nil, nil, err
