@@ -21,7 +21,8 @@ type collector struct {
 	// pack: float samples are held packed (packedSamples), for the encoder,
 	// which holds a whole segment's samples; readers, which hand the
 	// samples out, collect them as []Sample.
-	pack bool
+	pack  bool
+	arena packArena // the packed samples' chunks
 }
 
 // seriesData is one series in canonical form.
@@ -94,7 +95,7 @@ func (c *collector) add(b *Batch) {
 		}
 		if c.pack {
 			for _, smp := range s.Samples {
-				sd.packed.add(smp.T, smp.V)
+				sd.packed.add(&c.arena, smp.T, smp.V)
 			}
 		} else {
 			sd.samples = append(sd.samples, s.Samples...)

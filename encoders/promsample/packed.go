@@ -22,9 +22,15 @@ import (
 // every int64 timestamp round-trips. Packed bytes never leave the process
 // (they are not a storage format) and are only read by unpack, which
 // trusts them.
+//
+// A series' bytes are a list of chunks cut from its collector's packArena,
+// growing from minPackChunk to maxPackChunk bytes; a sample never straddles
+// two chunks. Grown by append, the buffers were a fifth of the bytes the
+// server allocated (each growth a copy, half of the last one slack).
 type packedSamples struct {
-	buf      []byte
-	n        int // samples in buf
+	chunks   [][]byte // full chunks, in order
+	cur      []byte   // the chunk being written (cap is its size)
+	n        int      // samples in chunks and cur
 	lastT    int64
 	lastDT   int64
 	lastBits uint64
@@ -35,7 +41,36 @@ type packedSamples struct {
 	ordered bool
 }
 
-func (p *packedSamples) add(t int64, v float64) {
+// packArena cuts chunks for packed samples from shared slabs.
+type packArena struct{ slab []byte }
+
+const (
+	packSlab     = 64 << 10
+	minPackChunk = 64
+	maxPackChunk = 1 << 10
+	// maxPackedSample is the most bytes one sample packs to: a varint and
+	// a header byte and 8 value bytes.
+	maxPackedSample = binary.MaxVarintLen64 + 1 + 8
+)
+
+func (a *packArena) chunk(size int) []byte {
+	if len(a.slab) < size {
+		a.slab = make([]byte, packSlab)
+	}
+	c := a.slab[:0:size]
+	a.slab = a.slab[size:]
+	return c
+}
+
+func (p *packedSamples) add(a *packArena, t int64, v float64) {
+	if cap(p.cur)-len(p.cur) < maxPackedSample {
+		size := minPackChunk
+		if p.cur != nil {
+			p.chunks = append(p.chunks, p.cur)
+			size = min(2*cap(p.cur), maxPackChunk)
+		}
+		p.cur = a.chunk(size)
+	}
 	if p.n == 0 {
 		p.minT, p.maxT, p.ordered = t, t, true
 	} else {
@@ -44,22 +79,24 @@ func (p *packedSamples) add(t int64, v float64) {
 		}
 		p.minT, p.maxT = min(p.minT, t), max(p.maxT, t)
 	}
+	// Every append below stays within cur's capacity (checked above), so
+	// it writes into the arena's slab and never moves cur.
 	dt := t - p.lastT
-	p.buf = binary.AppendVarint(p.buf, dt-p.lastDT)
+	p.cur = binary.AppendVarint(p.cur, dt-p.lastDT)
 	p.lastT, p.lastDT = t, dt
 	b := math.Float64bits(v)
 	x := b ^ p.lastBits
 	p.lastBits = b
 	p.n++
 	if x == 0 {
-		p.buf = append(p.buf, 0)
+		p.cur = append(p.cur, 0)
 		return
 	}
 	lead, trail := bits.LeadingZeros64(x)/8, bits.TrailingZeros64(x)/8
-	p.buf = append(p.buf, byte(1+lead*8+trail))
+	p.cur = append(p.cur, byte(1+lead*8+trail))
 	x >>= 8 * trail
 	for range 8 - lead - trail {
-		p.buf = append(p.buf, byte(x))
+		p.cur = append(p.cur, byte(x))
 		x >>= 8
 	}
 }
@@ -67,28 +104,33 @@ func (p *packedSamples) add(t int64, v float64) {
 // unpack appends the samples in the order they were added.
 func (p *packedSamples) unpack(dst []Sample) []Sample {
 	dst = growSamples(dst, p.n)
-	b := p.buf
 	var t, dt int64
 	var vb uint64
-	for range p.n {
-		dod, k := binary.Varint(b)
-		b = b[k:]
-		dt += dod
-		t += dt
-		h := b[0]
-		b = b[1:]
-		if h != 0 {
-			lead, trail := int(h-1)/8, int(h-1)%8
-			var x uint64
-			n := 8 - lead - trail
-			for i := range n {
-				x |= uint64(b[i]) << (8 * i)
+	decode := func(b []byte) {
+		for len(b) > 0 {
+			dod, k := binary.Varint(b)
+			b = b[k:]
+			dt += dod
+			t += dt
+			h := b[0]
+			b = b[1:]
+			if h != 0 {
+				lead, trail := int(h-1)/8, int(h-1)%8
+				var x uint64
+				n := 8 - lead - trail
+				for i := range n {
+					x |= uint64(b[i]) << (8 * i)
+				}
+				b = b[n:]
+				vb ^= x << (8 * trail)
 			}
-			b = b[n:]
-			vb ^= x << (8 * trail)
+			dst = append(dst, Sample{T: t, V: math.Float64frombits(vb)})
 		}
-		dst = append(dst, Sample{T: t, V: math.Float64frombits(vb)})
 	}
+	for _, c := range p.chunks {
+		decode(c)
+	}
+	decode(p.cur)
 	return dst
 }
 

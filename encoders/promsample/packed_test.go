@@ -30,9 +30,20 @@ func TestPackedSamplesRoundTripBitExact(t *testing.T) {
 	}
 	for name, in := range cases {
 		t.Run(name, func(t *testing.T) {
-			var p packedSamples
+			// Two series written in turn share one arena: their chunks
+			// interleave in its slabs and must not overlap.
+			var a packArena
+			var p, q packedSamples
 			for _, s := range in {
-				p.add(s.T, s.V)
+				p.add(&a, s.T, s.V)
+				q.add(&a, -s.T, -s.V)
+			}
+			var want []Sample
+			for _, s := range in {
+				want = append(want, Sample{T: -s.T, V: -s.V})
+			}
+			if diff := diffSamples(q.unpack(nil), want); diff != "" {
+				t.Fatalf("the other series: %s", diff)
 			}
 			if p.n != len(in) {
 				t.Fatalf("n = %d, want %d", p.n, len(in))
@@ -43,8 +54,12 @@ func TestPackedSamplesRoundTripBitExact(t *testing.T) {
 			}
 			// A steady scrape of a counter: one byte of timestamp and a
 			// few of value, against 16 in a []Sample.
-			if name == "steady counter" && len(p.buf) > 4*len(in) {
-				t.Errorf("packed %d steady samples into %d bytes, want at most 4 each", len(in), len(p.buf))
+			size := len(p.cur)
+			for _, c := range p.chunks {
+				size += len(c)
+			}
+			if name == "steady counter" && size > 4*len(in) {
+				t.Errorf("packed %d steady samples into %d bytes, want at most 4 each", len(in), size)
 			}
 		})
 	}
@@ -62,9 +77,10 @@ func TestPackedSamplesOrderedAndSpan(t *testing.T) {
 		{[]int64{1, 1}, false, 1, 1}, // a retried sample: not canonical until deduplicated
 		{[]int64{5}, true, 5, 5},
 	} {
+		var a packArena
 		var p packedSamples
 		for _, ts := range c.ts {
-			p.add(ts, 1)
+			p.add(&a, ts, 1)
 		}
 		if p.ordered != c.ordered || p.minT != c.min || p.maxT != c.max {
 			t.Errorf("%v: ordered %v [%d, %d], want %v [%d, %d]", c.ts, p.ordered, p.minT, p.maxT, c.ordered, c.min, c.max)

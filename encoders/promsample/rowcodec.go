@@ -542,7 +542,7 @@ func (rc *rowCollector) add(row []byte) error {
 			if rc.c.pack {
 				for range n {
 					prevT += r.varint()
-					sd.packed.add(prevT, r.value())
+					sd.packed.add(&rc.c.arena, prevT, r.value())
 				}
 			} else {
 				sd.samples = slices.Grow(sd.samples, n)
