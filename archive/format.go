@@ -41,12 +41,14 @@ const (
 	// writerCacheKiB: the writer touches the tail of a few B-trees; a small
 	// cache keeps its RSS low. It must stay below the reader cache. The
 	// reference's 16 MiB (a private constant, not part of the format) cost
-	// ~20 MiB of peak RSS more than 4 MiB under rwload (the driver's
-	// allocator rounds each ~4.2 KB cache line up to 8 KiB), at no CPU cost
-	// we could measure: a seal's pages, read and written once, just spill
-	// earlier. 1,024 pages still hold the B-tree tails of dozens of sources'
-	// streams (8 each).
-	writerCacheKiB = -4096
+	// ~20 MiB of peak RSS more than 4 MiB under rwload, and 4 MiB ~4 MiB
+	// more than 2 (the driver's allocator rounds each ~4.2 KB cache line up
+	// to 8 KiB), at no CPU cost we could measure: a seal's pages, read and
+	// written once, just spill earlier. A source's hot pages (the wal
+	// table's last leaf and its streams' index leaves, their parents, the
+	// pointer maps) are a few dozen, so 512 pages hold those of ten or
+	// more sources; beyond, a miss is a read from the OS page cache.
+	writerCacheKiB = -2048
 	// exclusiveBusyTimeoutMS is how long OpenWrite waits for the file before
 	// reporting ErrInUse.
 	exclusiveBusyTimeoutMS = 1000

@@ -28,7 +28,7 @@ func TestEachConnectionGetsItsPragmas(t *testing.T) {
 	}
 	want(&created.Archive, "the creating connection", map[string]string{
 		"page_size": "4096", "auto_vacuum": "2", "journal_mode": "wal", "synchronous": "2",
-		"foreign_keys": "1", "wal_autocheckpoint": "1024", "cache_size": "-4096",
+		"foreign_keys": "1", "wal_autocheckpoint": "1024", "cache_size": "-2048",
 		"application_id": "1684368996", "user_version": "4",
 	})
 	created.Close()

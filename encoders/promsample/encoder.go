@@ -89,16 +89,17 @@ type Encoder struct {
 	spare spareWriters
 }
 
-// spareWriters keeps the column buffers of finished writes for the next
-// ones: rebuilt for every seal they were 7% of the bytes the server
-// allocated. At most maxSpareWriters are kept, none sized beyond the
-// default row group's rows, so what stays is a few MB.
+// spareWriters keeps the column buffers of a finished write for the next
+// one: rebuilt for every seal they were 7% of the bytes the server
+// allocated. At most maxSpareWriters are kept (the writer seals one stream
+// at a time), none sized beyond the default row group's rows, so what
+// stays is a MB or two.
 type spareWriters struct {
 	mu  sync.Mutex
 	cws []*columnWriter
 }
 
-const maxSpareWriters = 2
+const maxSpareWriters = 1
 
 func (s *spareWriters) get() *columnWriter {
 	s.mu.Lock()
