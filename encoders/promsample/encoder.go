@@ -91,23 +91,19 @@ type Encoder struct {
 
 // spareWriters keeps the column buffers of a finished write for the next
 // one: rebuilt for every seal they were 7% of the bytes the server
-// allocated. At most maxSpareWriters are kept (the writer seals one stream
-// at a time), none sized beyond the default row group's rows, so what
-// stays is a MB or two.
+// allocated. One set is kept (the writer seals one stream at a time), and
+// none sized beyond the default row group's rows, so what stays is a MB or
+// two.
 type spareWriters struct {
-	mu  sync.Mutex
-	cws []*columnWriter
+	mu sync.Mutex
+	cw *columnWriter
 }
-
-const maxSpareWriters = 1
 
 func (s *spareWriters) get() *columnWriter {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if n := len(s.cws); n > 0 {
-		cw := s.cws[n-1]
-		s.cws[n-1] = nil
-		s.cws = s.cws[:n-1]
+	if cw := s.cw; cw != nil {
+		s.cw = nil
 		return cw
 	}
 	return new(columnWriter)
@@ -125,9 +121,7 @@ func (s *spareWriters) put(cw *columnWriter) {
 	cw.labelNames, cw.strs, cw.dict = nil, cw.strs[:0], cw.dict[:0]
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(s.cws) < maxSpareWriters {
-		s.cws = append(s.cws, cw)
-	}
+	s.cw = cw
 }
 
 var (
