@@ -186,10 +186,10 @@ func (e *BatchEncoder) hinted(ls labels.Labels, hint *SeriesHint) (labelSet, boo
 }
 
 // hintSlot picks the slot of hint this encoder writes: the one holding its
-// tag already; else its tag's low bit's, unless another encoder holds that
-// one and the other is free or stale. Two encoders whose tags share the
-// low bit (one pair in two) then still both keep a hint, instead of
-// overwriting each other's on every request.
+// tag already; else the one its tag's low bit picks, unless another
+// encoder holds that one and the other is free. Two encoders whose tags
+// share the low bit (one pair in two) then both keep a hint, instead of
+// overwriting each other's on every request (a third still overwrites).
 func (e *BatchEncoder) hintSlot(hint *SeriesHint) int {
 	own := int(e.tag & 1)
 	a, b := hint.v[own].Load(), hint.v[1-own].Load()
