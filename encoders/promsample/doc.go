@@ -100,6 +100,7 @@
 //
 // Caveats: a label with an empty value is absent (Prometheus semantics); a
 // series without __name__ is stored with an empty __name__. Decoded Batches
-// and Series own their memory. Encoder is stateless and safe for
-// concurrent use; BatchEncoder and BatchDecoder are not.
+// and Series own their memory. Encoder keeps only spare buffers between
+// calls and is safe for concurrent use (use it by pointer); BatchEncoder
+// and BatchDecoder are not.
 package promsample
