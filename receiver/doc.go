@@ -91,7 +91,9 @@
 // promsample.Metadata named by the series' __name__ (2.0 has no family
 // name), deduplicated per request, first wins; 1.0 WriteRequest.metadata
 // entries are converted as they come. Nothing in a Request aliases the
-// body or a pooled buffer: the Sink may keep everything.
+// body. Its Series slice and float samples are pooled: the Handler hands
+// them back (Decoder.Recycle) once the Sink's Write returns, so a Sink must
+// not keep them; labels, histograms, exemplars and metadata it may keep.
 //
 // # Sources
 //
