@@ -100,6 +100,17 @@ func TestMaterializeParallelMatchesModel(t *testing.T) {
 			equalSeries(t, "materialize", want, got)
 		}
 	}
+	checkBudget(t, rng, func(sel *selection, par parallelism) error {
+		_, err := materialize(context.Background(), sel, false, par)
+		return err
+	})
+}
+
+// checkBudget runs decode over a random selection under a sample budget of
+// half and of four times what it holds, on one goroutine and on three: the
+// first must be refused with ErrTooManySamples, the second must succeed.
+func checkBudget(t *testing.T, rng *rand.Rand, decode func(*selection, parallelism) error) {
+	t.Helper()
 	sel, want := randomSelection(t, rng, 300, math.MinInt64, math.MaxInt64)
 	total := 0
 	for _, sr := range want {
@@ -108,7 +119,7 @@ func TestMaterializeParallelMatchesModel(t *testing.T) {
 	for _, limit := range []int{total / 2, total * 4} {
 		for _, par := range []parallelism{{workers: 1}, {workers: 3, runSamples: 500}} {
 			sel.budget = newBudget(limit)
-			_, err := materialize(context.Background(), sel, false, par)
+			err := decode(sel, par)
 			if limit < total && !errors.Is(err, ErrTooManySamples) {
 				t.Fatalf("limit %d of %d, %+v: %v", limit, total, par, err)
 			}

@@ -3,7 +3,6 @@ package promread
 import (
 	"bytes"
 	"context"
-	"errors"
 	"math"
 	"math/rand"
 	"testing"
@@ -180,25 +179,10 @@ func TestSamplesAnswerParallelMatchesModel(t *testing.T) {
 // TestSamplesAnswerBudget: the floats decoded on every goroutine count
 // against the request's budget: over it, the answer is refused.
 func TestSamplesAnswerBudget(t *testing.T) {
-	rng := rand.New(rand.NewSource(4))
-	sel, want := randomSelection(t, rng, 300, math.MinInt64, math.MaxInt64)
-	total := 0
-	for _, sr := range want {
-		total += len(sr.floats) + len(sr.hists)
-	}
-	for _, limit := range []int{total / 2, total * 4} {
-		for _, par := range []parallelism{{workers: 1}, {workers: 3, runSamples: 500}} {
-			sel.budget = newBudget(limit)
-			a := samplesAnswer{sels: []*selection{sel}, encoders: []*runEncoder{{}, {}, {}}}
-			err := a.encode(context.Background(), par)
-			if limit < total && !errors.Is(err, ErrTooManySamples) {
-				t.Fatalf("limit %d of %d, %+v: %v", limit, total, par, err)
-			}
-			if limit > total && err != nil {
-				t.Fatalf("limit %d of %d, %+v: %v", limit, total, par, err)
-			}
-		}
-	}
+	checkBudget(t, rand.New(rand.NewSource(4)), func(sel *selection, par parallelism) error {
+		a := samplesAnswer{sels: []*selection{sel}, encoders: []*runEncoder{{}, {}, {}}}
+		return a.encode(context.Background(), par)
+	})
 }
 
 func BenchmarkAppendSeries(b *testing.B) {
