@@ -56,6 +56,7 @@ package archive
 // then reports that error (ErrWriterStopped).
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -64,6 +65,8 @@ import (
 	"log/slog"
 	"math"
 	"os"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -84,6 +87,9 @@ const (
 	reclaimFreelistDivisor = 10
 	// ReclaimAtCloseBudget bounds the reclaim a clean close runs.
 	ReclaimAtCloseBudget = 2 * time.Second
+	// pruneMaxDelay bounds how long a deferred prune (WriterOptions.
+	// DeferPrunes) waits for a Prune.
+	pruneMaxDelay = 5 * time.Second
 	// maxConsecutiveDroppedTicks stops a writer that can no longer commit.
 	maxConsecutiveDroppedTicks = 30
 	// implementation is recorded in writer_sessions.
@@ -107,6 +113,13 @@ type WriterOptions struct {
 	Logger *slog.Logger
 	// Now is the clock stamped appends use; nil means time.Now.
 	Now func() time.Time
+	// DeferPrunes leaves the prune that follows each seal queued until
+	// Prune, Sync, an eviction or Close runs every queued prune in one
+	// transaction (or pruneMaxDelay passes). Off, a seal prunes its streams
+	// right after its commit, in a transaction of its own, before it
+	// answers (the reference's order). See prunePending for why a caller
+	// that seals streams one after another wants it on.
+	DeferPrunes bool
 }
 
 func (o *WriterOptions) setDefaults() error {
@@ -177,13 +190,15 @@ type WriterStats struct {
 	// CacheBytes is the heap memory of the writer connection's page cache
 	// (a gauge, as of its last commit or release).
 	CacheBytes int64
+	// PrunedRows counts sealed wal rows deleted after their seal.
+	PrunedRows int64
 }
 
 type writerCounters struct {
 	commits, rowsCommitted, rowsDropped, droppedTicks, retries, commitNanos   atomic.Int64
 	seals, segmentBytes, sealNanos, deferredSeals, compactions, evictions     atomic.Int64
 	evictedSegments, evictedLiveRows, checkpoints, checkpointErrors, reclaims atomic.Int64
-	pagesWritten, groupedCommits, groupFallbacks                              atomic.Int64
+	pagesWritten, groupedCommits, groupFallbacks, prunedRows                  atomic.Int64
 	cacheBytes                                                                atomic.Int64 // a gauge
 }
 
@@ -199,6 +214,7 @@ func (w *Writer) Stats() WriterStats {
 		Checkpoints: c.checkpoints.Load(), CheckpointErrors: c.checkpointErrors.Load(), Reclaims: c.reclaims.Load(),
 		PagesWritten: c.pagesWritten.Load(), GroupedCommits: c.groupedCommits.Load(),
 		GroupFallbacks: c.groupFallbacks.Load(), CacheBytes: c.cacheBytes.Load(),
+		PrunedRows: c.prunedRows.Load(),
 	}
 }
 
@@ -318,7 +334,7 @@ func start(path string, db *sql.DB, conn *sql.Conn, lock *os.File, opts WriterOp
 		conn: conn, db: db, lock: lock, opts: opts, log: opts.Logger,
 		nextSeq: map[streamKey]int64{}, watermark: map[streamKey]int64{}, floors: map[SourceID]int64{},
 		newest: map[streamKey]int64{}, warnedOOO: map[streamKey]bool{}, warnedFloor: map[SourceID]bool{},
-		sealDone: make(chan sealOutput, 1), epoch: map[SourceID]uint64{},
+		sealDone: make(chan sealOutput, 1), epoch: map[SourceID]uint64{}, prunes: map[streamKey]int64{},
 	}
 	var err error
 	l.insertWAL, err = conn.PrepareContext(ctx, insertWALSQL)
@@ -331,6 +347,10 @@ func start(path string, db *sql.DB, conn *sql.Conn, lock *os.File, opts WriterOp
 			for src, m := range wm {
 				for st, ts := range m {
 					l.watermark[streamKey{src, st}] = ts
+					// A process stopped between a seal's commit and its
+					// prune left the sealed rows behind; a prune finds
+					// nothing to delete in one index probe otherwise.
+					l.queuePrune(streamKey{src, st}, ts)
 				}
 			}
 			return err
@@ -482,6 +502,7 @@ type (
 		reply      chan result[Compacted]
 	}
 	msgCheckpoint struct{ reply chan result[struct{}] }
+	msgPrune      struct{}
 	msgShutdown   struct{}
 )
 
@@ -496,6 +517,7 @@ func (msgSync) isMessage()        {}
 func (msgFinalize) isMessage()    {}
 func (msgCompact) isMessage()     {}
 func (msgCheckpoint) isMessage()  {}
+func (msgPrune) isMessage()       {}
 func (msgShutdown) isMessage()    {}
 
 // SourceRows is one source's rows in a tick.
@@ -658,6 +680,12 @@ func (w *Writer) Checkpoint(ctx context.Context) error {
 	return err
 }
 
+// Prune deletes, in one transaction, the wal rows of every committed seal
+// whose prune was deferred (WriterOptions.DeferPrunes). Fire and forget.
+func (w *Writer) Prune(ctx context.Context) error {
+	return w.send(ctx, msgPrune{})
+}
+
 // Close stops the writer after everything queued before it, reclaims free
 // pages when every source it opened was finalized, and closes the file: with
 // no other connection open, one file remains. It returns the stored failure
@@ -755,6 +783,14 @@ type loop struct {
 	syncWaiters []chan struct{} // Syncs waiting for the seals before them
 	epoch       map[SourceID]uint64
 
+	// prunes are the streams whose sealed rows may still be in wal, by the
+	// watermark to delete up to; pruneSince is when the oldest was queued.
+	// The live predicate already hides those rows from every read: pruning
+	// them is an optimization with no correctness role (design, "The seal
+	// seam"), which is what lets it wait and batch.
+	prunes     map[streamKey]int64
+	pruneSince time.Time
+
 	opened, finalized  int // sources added or resumed, and finalized, this session
 	consecutiveDropped int
 	lastCheckpoint     time.Time
@@ -826,19 +862,16 @@ func (l *loop) failed() bool {
 func (l *loop) run() {
 	defer l.shutdown()
 	l.lastCheckpoint = time.Now()
-	var timer *time.Timer
-	var tick <-chan time.Time
-	if l.opts.CheckpointInterval > 0 {
-		timer = time.NewTimer(l.opts.CheckpointInterval)
-		defer timer.Stop()
-		tick = timer.C
-	}
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	l.prunePending() // what an earlier process sealed but did not prune
 	for {
 		select {
 		case msg := <-l.w.reqs:
 			for msg != nil {
 				if _, ok := msg.(msgShutdown); ok {
 					l.drainSeals()
+					l.prunePending()
 					l.closeCleanly()
 					return
 				}
@@ -852,17 +885,78 @@ func (l *loop) run() {
 			if l.failed() {
 				return
 			}
-		case <-tick:
+		case <-timer.C:
 		}
 		// The time-based checkpoint runs even when idle: it bounds how much
 		// a copy of the main file alone can be missing.
-		if timer != nil && time.Since(l.lastCheckpoint) >= l.opts.CheckpointInterval {
+		checkpoints := l.opts.CheckpointInterval > 0
+		if checkpoints && time.Since(l.lastCheckpoint) >= l.opts.CheckpointInterval {
 			l.checkpoint()
 		}
-		if timer != nil {
-			timer.Reset(max(l.opts.CheckpointInterval-time.Since(l.lastCheckpoint), time.Millisecond))
+		if len(l.prunes) > 0 && (!l.opts.DeferPrunes || time.Since(l.pruneSince) >= pruneMaxDelay) {
+			l.prunePending()
 		}
+		wake := time.Hour
+		if checkpoints {
+			wake = l.opts.CheckpointInterval - time.Since(l.lastCheckpoint)
+		}
+		if len(l.prunes) > 0 {
+			wake = min(wake, pruneMaxDelay-time.Since(l.pruneSince))
+		}
+		timer.Reset(max(wake, time.Millisecond))
 	}
+}
+
+// queuePrune records that stream k's wal rows up to upto are sealed.
+func (l *loop) queuePrune(k streamKey, upto int64) {
+	if len(l.prunes) == 0 {
+		l.pruneSince = time.Now()
+	}
+	l.prunes[k] = max(l.prunes[k], upto)
+}
+
+// prunePending deletes the sealed rows of every stream queued by
+// queuePrune, in ONE transaction. The prune is not part of the seal's
+// transaction (the design puts it outside: the watermark already hides the
+// rows), which keeps the commit appends wait behind short. Deferred
+// (DeferPrunes), it also gets cheaper: the streams' rows were appended
+// interleaved, so deleting one stream's rows rewrites every page it shares
+// with the others, and streams sealed one after another and pruned
+// together rewrite or free each such page once. A failure only leaves the
+// rows for the next attempt.
+func (l *loop) prunePending() {
+	if len(l.prunes) == 0 {
+		return
+	}
+	keys := make([]streamKey, 0, len(l.prunes))
+	for k := range l.prunes {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b streamKey) int {
+		return cmp.Or(cmp.Compare(a.source, b.source), strings.Compare(a.stream, b.stream))
+	})
+	var n int64
+	err := l.withRetries(func() error {
+		n = 0
+		return l.update(func(tx *WriteTx) error {
+			for _, k := range keys {
+				d, err := tx.PruneWAL(k.source, k.stream, l.prunes[k])
+				if err != nil {
+					return err
+				}
+				n += d
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		l.log.Warn("pruning sealed wal rows failed; they stay hidden and are retried", "err", err)
+		l.pruneSince = time.Now() // retried pruneMaxDelay from now, or at the next Prune
+		return
+	}
+	l.w.stats.prunedRows.Add(n)
+	clear(l.prunes)
+	l.releaseCache()
 }
 
 func (l *loop) checkpoint() error {
@@ -941,6 +1035,7 @@ func (l *loop) apply(msg message) {
 			return
 		}
 		l.epoch[m.source]++
+		l.prunePending() // so that Evicted.WALRows counts no sealed row
 		ev, err := l.evict(m.source, m.cutoff, m.remove)
 		m.reply <- result[Evicted]{ev, err}
 	case msgPatch:
@@ -967,6 +1062,8 @@ func (l *loop) apply(msg message) {
 			l.syncWaiters = append(l.syncWaiters, m.reply) // answered by answerSeal
 			return
 		}
+		// Applied includes the prunes that seals before it queued.
+		l.prunePending()
 		m.reply <- struct{}{}
 	case msgFinalize:
 		if l.drainSeals(); l.failed() {
@@ -1002,6 +1099,8 @@ func (l *loop) apply(msg message) {
 		m.reply <- result[Compacted]{c, err}
 	case msgCheckpoint:
 		m.reply <- result[struct{}]{err: l.checkpoint()}
+	case msgPrune:
+		l.prunePending()
 	}
 }
 
@@ -1494,14 +1593,16 @@ func (l *loop) stamp(ticks []SourceRows) error {
 //  2. Meanwhile the writer keeps appending. Stamped rows get a ts above every
 //     row of their stream (invariant 5), so they are above the rows being
 //     sealed and stay live after the seal commits.
-//  3. finishSeal (writer goroutine) commits the segments, one clock
-//     observation and the prune in ONE transaction that first checks that
+//  3. finishSeal (writer goroutine) commits the segments and one clock
+//     observation in ONE transaction that first checks that
 //     nothing it relied on changed: the source's epoch (bumped by eviction,
 //     finalize, resume and compaction), each stream's seq and watermark, and
 //     that the stream's live rows up to the newest sealed row are still
 //     exactly those that were read (an unstamped append may have added one
 //     below it meanwhile). On any change the result is discarded and the
-//     seal is read and encoded again (bounded: maxSealAttempts).
+//     seal is read and encoded again (bounded: maxSealAttempts). After the
+//     commit the watermark hides the sealed rows; a later transaction
+//     deletes them (queuePrune, prunePending).
 
 // maxSealAttempts bounds how often one seal is re-read after a conflict
 // before it is deferred (its rows stay live; the next seal takes them).
@@ -1641,7 +1742,8 @@ func (l *loop) answerSeal(job *sealJob, sealed []Sealed, err error) {
 	if job.msg.reply != nil {
 		job.msg.reply <- result[[]Sealed]{sealed, err}
 	}
-	if !l.failed() {
+	if !l.failed() && len(l.syncWaiters) > 0 {
+		l.prunePending()
 		for _, r := range l.syncWaiters {
 			r <- struct{}{}
 		}
@@ -1730,11 +1832,6 @@ func (l *loop) finishSeal(out sealOutput) {
 					if err := tx.InsertSegment(source, p.in.stream, p.in.seq, p.seg); err != nil {
 						return err
 					}
-					// Same transaction: the rows the segment holds go with
-					// the segment's commit (the watermark hides them anyway).
-					if _, err := tx.PruneWAL(source, p.in.stream, p.seg.LastTS); err != nil {
-						return err
-					}
 				}
 				return tx.InsertClockOffset(source, obs.TS, obs.WallOffset)
 			})
@@ -1767,13 +1864,18 @@ func (l *loop) finishSeal(out sealOutput) {
 		k := streamKey{source, p.in.stream}
 		l.nextSeq[k] = p.in.seq + 1
 		l.watermark[k] = p.seg.LastTS
+		l.queuePrune(k, p.seg.LastTS) // after the commit, outside it (see prunePending)
 		l.w.stats.seals.Add(1)
 		l.w.stats.segmentBytes.Add(int64(len(p.seg.Bytes)))
 		out2 = append(out2, Sealed{Stream: p.in.stream, Seq: p.in.seq, SegmentMeta: SegmentMeta{
 			Rows: p.seg.Rows, FirstTS: p.seg.FirstTS, LastTS: p.seg.LastTS, Size: int64(len(p.seg.Bytes))}})
 	}
 	l.w.stats.sealNanos.Add(int64(time.Since(job.begin)))
-	l.releaseCache()
+	if l.opts.DeferPrunes {
+		l.releaseCache()
+	} else {
+		l.prunePending() // releases the cache too
+	}
 	l.answerSeal(job, out2, nil)
 }
 

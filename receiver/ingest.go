@@ -449,6 +449,14 @@ func (in *Ingester) SealDue(ctx context.Context) {
 			}
 		}
 	}
+	// One prune for the round, when the writer defers them
+	// (archive.WriterOptions.DeferPrunes): the streams' rows share pages,
+	// which one transaction rewrites or frees once.
+	if len(due) > 0 {
+		if err := in.opts.Writer.Prune(ctx); err != nil && ctx.Err() == nil {
+			in.log.Warn("prune failed", "err", err)
+		}
+	}
 }
 
 // SealAll seals every stream that has live rows (operators, tests).

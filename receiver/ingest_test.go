@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"reflect"
 	"sort"
 	"sync"
 	"testing"
@@ -40,8 +41,15 @@ func openStack(t *testing.T, path string, seal archive.SealPolicy) *stack {
 
 func openStackBuckets(t *testing.T, path string, seal archive.SealPolicy, buckets int) *stack {
 	t.Helper()
+	return openStackWriter(t, path, seal, buckets, archive.WriterOptions{})
+}
+
+// openStackWriter is openStackBuckets with the writer's options (its
+// Encoder and CheckpointInterval are set here).
+func openStackWriter(t *testing.T, path string, seal archive.SealPolicy, buckets int, opts archive.WriterOptions) *stack {
+	t.Helper()
 	ctx := context.Background()
-	opts := archive.WriterOptions{Encoder: &promsample.Encoder{}, CheckpointInterval: -1}
+	opts.Encoder, opts.CheckpointInterval = &promsample.Encoder{}, -1
 	var w *archive.Writer
 	var err error
 	if _, statErr := filepath.Glob(path); statErr == nil && fileExists(path) {
@@ -336,6 +344,42 @@ func TestRestartKeepsSourcesAndUUIDs(t *testing.T) {
 	}
 	if got := readBack(t, path); len(got) != 2 || len(got[0].Samples) != 9 {
 		t.Fatalf("read back %d series (first has %d samples); want 2 series, 9 samples of a", len(got), len(got[0].Samples))
+	}
+}
+
+// TestSealDuePrunesItsRoundOnce: with a writer that defers prunes, as the
+// binary's does, the streams a round sealed lose their sealed wal rows once
+// the round is over, and reads are the same before and after.
+func TestSealDuePrunesItsRoundOnce(t *testing.T) {
+	s := openStackWriter(t, filepath.Join(t.TempDir(), "a.db"), archive.SealPolicy{MaxRows: 2}, 0, archive.WriterOptions{DeferPrunes: true})
+	var series []prompb.TimeSeries
+	for _, name := range []string{"m1", "m2", "m3", "m4", "m5", "m6"} {
+		series = append(series, prompb.TimeSeries{Labels: lbl("__name__", name), Samples: []prompb.Sample{{Timestamp: 1, Value: 1}}})
+	}
+	for ts := int64(1); ts <= 3; ts++ {
+		for i := range series {
+			series[i].Samples[0] = prompb.Sample{Timestamp: ts, Value: float64(ts)}
+		}
+		if a := post(t, s.url, bytes.NewReader(encodeV1(t, &prompb.WriteRequest{Timeseries: series})), v1Headers()); a.code != http.StatusNoContent {
+			t.Fatalf("%d %s", a.code, a.body)
+		}
+	}
+	before := readBack(t, s.path)
+	s.ing.SealDue(context.Background())
+	// A call that waits is answered after the Prune SealDue sent; Sync
+	// would prune by itself.
+	if err := s.w.Checkpoint(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	st := s.w.Stats()
+	if st.Seals < 2 {
+		t.Fatalf("%d seals; the test needs several streams sealed in one round", st.Seals)
+	}
+	if st.PrunedRows != st.RowsCommitted {
+		t.Errorf("pruned %d of the %d rows sealed", st.PrunedRows, st.RowsCommitted)
+	}
+	if after := readBack(t, s.path); !reflect.DeepEqual(after, before) || len(after) != len(series) {
+		t.Errorf("read back %d series after the round, %d before", len(after), len(before))
 	}
 }
 

@@ -20,7 +20,7 @@ type archiveCollector struct {
 	commits, rowsCommitted, rowsDropped, droppedTicks, retries, commitSeconds   *prometheus.Desc
 	seals, segmentBytes, sealSeconds, deferredSeals, compactions, evictions     *prometheus.Desc
 	evictedSegments, evictedLive, checkpoints, checkpointErrors, pagesWritten   *prometheus.Desc
-	groupedCommits, groupFallbacks, writerCacheBytes                            *prometheus.Desc
+	groupedCommits, groupFallbacks, writerCacheBytes, prunedRows                *prometheus.Desc
 	fileBytes, freePages, walRows, sidecarBytes, sources, segments, streams, up *prometheus.Desc
 }
 
@@ -46,6 +46,7 @@ func newArchiveCollector(w *archive.Writer, r *archive.Archive, ing *receiver.In
 		checkpoints:      d("writer_checkpoints_total", "Passive checkpoints run."),
 		checkpointErrors: d("writer_checkpoint_errors_total", "Passive checkpoints that failed."),
 		pagesWritten:     d("writer_sidecar_pages_written_total", "Pages written to the -wal sidecar."),
+		prunedRows:       d("writer_pruned_rows_total", "Sealed wal rows deleted after their seal."),
 		writerCacheBytes: d("writer_page_cache_bytes", "Heap memory of the writer connection's SQLite page cache."),
 		groupedCommits:   d("writer_grouped_commits_total", "Transactions that committed several waiting requests together."),
 		groupFallbacks:   d("writer_group_fallbacks_total", "Groups whose shared transaction failed, so each request was committed alone."),
@@ -85,6 +86,7 @@ func (c *archiveCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.checkpoints, float64(s.Checkpoints))
 	counter(c.checkpointErrors, float64(s.CheckpointErrors))
 	counter(c.pagesWritten, float64(s.PagesWritten))
+	counter(c.prunedRows, float64(s.PrunedRows))
 	gauge(c.writerCacheBytes, float64(s.CacheBytes))
 	counter(c.groupedCommits, float64(s.GroupedCommits))
 	counter(c.groupFallbacks, float64(s.GroupFallbacks))

@@ -246,7 +246,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 
 	enc := &promsample.Encoder{}
-	wopts := archive.WriterOptions{Encoder: enc, Logger: logger.With("component", "archive")}
+	// DeferPrunes: the ingester seals due streams one after another and
+	// then asks for one prune of them all (Ingester.SealDue).
+	wopts := archive.WriterOptions{Encoder: enc, Logger: logger.With("component", "archive"), DeferPrunes: true}
 	var w *archive.Writer
 	if exists {
 		w, err = archive.OpenWriter(c.archivePath, wopts)
