@@ -213,3 +213,58 @@ func BenchmarkReadStream(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkPruneInterleaved is the receiver's seal round: 5 streams whose
+// ~2 KB rows were appended interleaved (one row each per commit) are sealed
+// one after another, each seal pruning its stream right after its commit,
+// or (DeferPrunes) all pruned by one Prune at the end of the round. It
+// reports the sidecar pages the round wrote per row: the seals' segments
+// are the same both ways, so the difference is the prunes'.
+func BenchmarkPruneInterleaved(b *testing.B) {
+	for _, deferred := range []bool{false, true} {
+		b.Run(fmt.Sprintf("deferred=%v", deferred), func(b *testing.B) {
+			const streams, ticks, rowBytes = 5, 1200, 2000
+			var pages, rows int64
+			for range b.N {
+				b.StopTimer()
+				ctx := at.Ctx(b)
+				w := at.NewWriter(b, archive.WriterOptions{Encoder: blobEncoder{}, DeferPrunes: deferred})
+				src, err := w.AddSource(ctx, archive.SourceSpec{Labels: map[string]string{"source": "bench"}}, "")
+				if err != nil {
+					b.Fatal(err)
+				}
+				for t := range ticks {
+					tick := make([]archive.Row, streams)
+					for s := range tick {
+						tick[s] = archive.Row{Stream: fmt.Sprintf("s%d", s), TS: int64(t + 1), Data: payload(rowBytes, t*streams+s)}
+					}
+					if _, err := w.AppendWait(ctx, []archive.SourceRows{{Source: src.ID(), Rows: tick}}, false); err != nil {
+						b.Fatal(err)
+					}
+				}
+				before := w.Stats().PagesWritten
+				b.StartTimer()
+				for s := range streams {
+					if _, err := w.SealWait(ctx, src.ID(), []string{fmt.Sprintf("s%d", s)}); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if err := w.Prune(ctx); err != nil {
+					b.Fatal(err)
+				}
+				if err := w.Sync(ctx); err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				st := w.Stats()
+				if st.PrunedRows != streams*ticks {
+					b.Fatalf("pruned %d rows, want %d", st.PrunedRows, streams*ticks)
+				}
+				pages += st.PagesWritten - before
+				rows += st.PrunedRows
+				w.Close()
+			}
+			b.ReportMetric(float64(pages)/float64(rows), "pages/row")
+		})
+	}
+}

@@ -1,6 +1,7 @@
 package archive_test
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/dendro-receiver/dendro-receiver/archive"
@@ -87,4 +88,43 @@ func TestAWriterPrunesWhatAnEarlierProcessSealedButDidNotPrune(t *testing.T) {
 	if rep := verify(t, path, archive.Quick); !rep.Sound() {
 		t.Errorf("verify: %v", rep.Problems)
 	}
+}
+
+// One Prune of more streams than one statement names (pruneStreams works
+// in chunks) deletes exactly each stream's sealed rows, whatever its
+// watermark, and none of the rows above it.
+func TestOnePruneOfManyStreamsDeletesExactlyTheSealedRows(t *testing.T) {
+	ctx := at.Ctx(t)
+	w, s := newSource(t, archive.WriterOptions{DeferPrunes: true})
+	const streams = 230 // 77 sealed at 6, 77 at 3, 76 never
+	name := func(i int) string { return fmt.Sprintf("s%03d", i) }
+	appendAll := func(ts ...int64) {
+		var rows []archive.Row
+		for _, v := range ts {
+			for i := range streams {
+				rows = append(rows, at.Rows(name(i), v)...)
+			}
+		}
+		appendWait(t, s, rows...)
+	}
+	sealEvery := func(rem int) {
+		for i := range streams {
+			if i%3 == rem {
+				sealWait(t, s, name(i))
+			}
+		}
+	}
+	appendAll(1, 2, 3)
+	sealEvery(1)
+	appendAll(4, 5, 6)
+	sealEvery(0)
+	appendAll(7)
+	must(t, w.Prune(ctx))
+	must(t, w.Sync(ctx))
+	a := openRead(t, w.Path())
+	for i := range streams {
+		want := map[int][]int64{0: {7}, 1: {4, 5, 6, 7}, 2: {1, 2, 3, 4, 5, 6, 7}}[i%3]
+		eq(t, "raw wal "+name(i), walTS(t, a, s.ID(), name(i)), want)
+	}
+	eq(t, "pruned rows", w.Stats().PrunedRows, int64(77*6+77*3))
 }

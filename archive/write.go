@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"strings"
 )
 
 // WriteTx is one write transaction. It is valid only inside the function
@@ -197,6 +198,49 @@ func (tx *WriteTx) SetMetadata(source SourceID, m map[string]string) error {
 // every row a segment covers.
 func (tx *WriteTx) PruneWAL(source SourceID, stream string, upto int64) (int64, error) {
 	return tx.exec("prune wal", `DELETE FROM wal WHERE source_id = ?1 AND stream = ?2 AND ts <= ?3`, source, stream, upto)
+}
+
+// pruneTarget is one stream's share of pruneStreams.
+type pruneTarget struct {
+	source SourceID
+	stream string
+	upto   int64
+}
+
+// prunePerStatement bounds the streams one pruneStreams statement names
+// (SQLite allows 500 terms in a compound SELECT).
+const prunePerStatement = 100
+
+// pruneStreams is PruneWAL for many streams at once, in rowid order. The
+// streams' rows were appended interleaved, so the table's pages each hold
+// rows of several streams. One PruneWAL per stream walks the whole sealed
+// range once per stream, and a page emptied by the last of them has been
+// rewritten by each; with the writer's small page cache every such pass
+// spills its pages to the sidecar again. Deleting the union in rowid order
+// empties each page in one visit.
+func (tx *WriteTx) pruneStreams(targets []pruneTarget) (int64, error) {
+	var total int64
+	for len(targets) > 0 {
+		chunk := targets[:min(len(targets), prunePerStatement)]
+		targets = targets[len(chunk):]
+		var q strings.Builder
+		args := make([]any, 0, 3*len(chunk))
+		q.WriteString("DELETE FROM wal WHERE rowid IN (")
+		for i, t := range chunk {
+			if i > 0 {
+				q.WriteString(" UNION ALL ")
+			}
+			fmt.Fprintf(&q, "SELECT rowid FROM wal WHERE source_id = ?%d AND stream = ?%d AND ts <= ?%d", 3*i+1, 3*i+2, 3*i+3)
+			args = append(args, t.source, t.stream, t.upto)
+		}
+		q.WriteString(")")
+		n, err := tx.exec("prune wal", q.String(), args...)
+		if err != nil {
+			return total, err
+		}
+		total += n
+	}
+	return total, nil
 }
 
 // Evicted reports what a retention pass removed.

@@ -935,18 +935,16 @@ func (l *loop) prunePending() {
 	slices.SortFunc(keys, func(a, b streamKey) int {
 		return cmp.Or(cmp.Compare(a.source, b.source), strings.Compare(a.stream, b.stream))
 	})
+	targets := make([]pruneTarget, len(keys))
+	for i, k := range keys {
+		targets[i] = pruneTarget{k.source, k.stream, l.prunes[k]}
+	}
 	var n int64
 	err := l.withRetries(func() error {
-		n = 0
 		return l.update(func(tx *WriteTx) error {
-			for _, k := range keys {
-				d, err := tx.PruneWAL(k.source, k.stream, l.prunes[k])
-				if err != nil {
-					return err
-				}
-				n += d
-			}
-			return nil
+			var err error
+			n, err = tx.pruneStreams(targets)
+			return err
 		})
 	})
 	if err != nil {
