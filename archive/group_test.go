@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -141,4 +142,61 @@ func parkedSenders() int {
 		}
 	}
 	return parked
+}
+
+// A commit with nothing more queued waits up to GroupWait while Coming
+// says appends are on their way, and takes the one that arrives along; it
+// does not wait when Coming says none are, and never longer than
+// GroupWait.
+func TestAGroupCommitWaitsForAppendsOnTheirWay(t *testing.T) {
+	const wait = 2 * time.Second
+	appendOne := func(w *archive.Writer, src archive.SourceID, ts int64) (time.Duration, error) {
+		start := time.Now()
+		_, err := w.AppendWait(at.Ctx(t), []archive.SourceRows{{Source: src, Rows: at.Rows("s", ts)}}, false)
+		return time.Since(start), err
+	}
+	newWriter := func(coming func() int, wait time.Duration) (*archive.Writer, archive.SourceID) {
+		w := at.NewWriter(t, archive.WriterOptions{Coming: coming, GroupWait: wait})
+		src, err := w.AddSource(at.Ctx(t), archive.SourceSpec{}, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return w, src.ID()
+	}
+
+	t.Run("one on its way is taken along", func(t *testing.T) {
+		var coming atomic.Int64
+		coming.Store(1)
+		w, src := newWriter(func() int { return int(coming.Load()) }, wait)
+		first := make(chan error, 1)
+		go func() { _, err := appendOne(w, src, 1); first <- err }()
+		time.Sleep(100 * time.Millisecond) // the first is waiting for it
+		coming.Store(0)
+		if _, err := appendOne(w, src, 2); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-first; err != nil {
+			t.Fatal(err)
+		}
+		if st := w.Stats(); st.Commits != 2 || st.GroupedCommits != 1 {
+			t.Errorf("%d appends in %d grouped transactions; want 2 appends in 1", st.Commits, st.GroupedCommits)
+		}
+	})
+	t.Run("none on its way: no wait", func(t *testing.T) {
+		w, src := newWriter(func() int { return 0 }, wait)
+		if d, err := appendOne(w, src, 1); err != nil || d >= wait/2 {
+			t.Errorf("append took %v (%v); it had nothing to wait for", d, err)
+		}
+	})
+	t.Run("one that never comes: at most GroupWait", func(t *testing.T) {
+		const wait = 300 * time.Millisecond
+		w, src := newWriter(func() int { return 1 }, wait)
+		d, err := appendOne(w, src, 1)
+		if err != nil || d < wait || d > wait+time.Second {
+			t.Errorf("append took %v (%v); want GroupWait (%v)", d, err, wait)
+		}
+		if d, err := appendOne(w, src, 2); err != nil || d > wait+time.Second {
+			t.Errorf("the next append took %v (%v)", d, err)
+		}
+	})
 }

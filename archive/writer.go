@@ -113,6 +113,14 @@ type WriterOptions struct {
 	Logger *slog.Logger
 	// Now is the clock stamped appends use; nil means time.Now.
 	Now func() time.Time
+	// Coming, if set, reports how many appends callers are preparing and
+	// have not yet sent (a receiver decoding requests). While it is above
+	// zero and nothing else is queued, a group commit waits up to GroupWait
+	// for them, so they share its transaction and fsync instead of each
+	// paying for one. It is called on the writer goroutine: it must be
+	// cheap and must not call the Writer.
+	Coming    func() int
+	GroupWait time.Duration
 	// DeferPrunes leaves the prune that follows each seal queued until
 	// Prune, Sync, an eviction or Close runs every queued prune in one
 	// transaction (or pruneMaxDelay passes). Off, a seal prunes its streams
@@ -335,7 +343,9 @@ func start(path string, db *sql.DB, conn *sql.Conn, lock *os.File, opts WriterOp
 		nextSeq: map[streamKey]int64{}, watermark: map[streamKey]int64{}, floors: map[SourceID]int64{},
 		newest: map[streamKey]int64{}, warnedOOO: map[streamKey]bool{}, warnedFloor: map[SourceID]bool{},
 		sealDone: make(chan sealOutput, 1), epoch: map[SourceID]uint64{}, prunes: map[streamKey]int64{},
+		groupTimer: time.NewTimer(time.Hour),
 	}
+	l.groupTimer.Stop()
 	var err error
 	l.insertWAL, err = conn.PrepareContext(ctx, insertWALSQL)
 	if err == nil {
@@ -778,6 +788,7 @@ type loop struct {
 	// 1, one job in flight). epoch counts, per source, the operations that
 	// remove rows or segments or change what a seal may assume (eviction,
 	// finalize, resume, compaction): a seal encoded across one is redone.
+	groupTimer  *time.Timer // applyOrGroup's wait (stopped when unused)
 	sealing     *sealJob
 	sealDone    chan sealOutput
 	syncWaiters []chan struct{} // Syncs waiting for the seals before them
@@ -975,9 +986,11 @@ const maxGroup = 64
 // applyOrGroup applies msg. A waiting append is grouped with the waiting
 // appends queued behind it: when the loop takes the channel's one message,
 // the runtime moves a blocked sender's message into the slot at once, so a
-// non-blocking receive drains every caller already waiting. It returns the
-// first message it took that does not belong to the group, to be applied
-// next.
+// non-blocking receive drains every caller already waiting; then, while
+// WriterOptions.Coming reports appends on their way, it waits for them up
+// to GroupWait in all. It returns the first message it took that does not
+// belong to the group, to be applied next (a message that is not an
+// append also ends the wait: an append on its way may be waiting for it).
 func (l *loop) applyOrGroup(msg message) message {
 	a, ok := msg.(msgAppend)
 	if !ok || a.reply == nil {
@@ -986,6 +999,7 @@ func (l *loop) applyOrGroup(msg message) message {
 	}
 	group := []msgAppend{a}
 	var next message
+	waiting := false
 	for next == nil && len(group) < maxGroup {
 		select {
 		case m := <-l.w.reqs:
@@ -994,9 +1008,35 @@ func (l *loop) applyOrGroup(msg message) message {
 			} else {
 				next = m
 			}
+			continue
 		default:
+		}
+		// Nothing is waiting. Appends a caller says are on their way
+		// (WriterOptions.Coming) are worth a short wait: each would
+		// otherwise pay a commit of its own.
+		if l.opts.GroupWait <= 0 || l.opts.Coming == nil || l.opts.Coming() == 0 {
+			break
+		}
+		if !waiting {
+			waiting = true
+			l.groupTimer.Reset(l.opts.GroupWait)
+		}
+		select {
+		case m := <-l.w.reqs:
+			if b, ok := m.(msgAppend); ok && b.reply != nil {
+				group = append(group, b)
+			} else {
+				next = m
+			}
+		case <-l.groupTimer.C:
+			waiting = false
 			goto commit
 		}
+	}
+	if waiting {
+		// Since Go 1.23 a stopped timer delivers no stale value: the next
+		// Reset starts clean without draining the channel.
+		l.groupTimer.Stop()
 	}
 commit:
 	if len(group) == 1 {

@@ -126,6 +126,8 @@ func (h *Handler) serve(r *http.Request) (o outcome) {
 		return o
 	}
 	body := *bp
+	ctx, tok := h.opts.Pending.begin(r.Context())
+	defer tok.end()
 	req, err := h.dec.Decode(o.proto, body)
 	if err != nil {
 		o.err = err
@@ -143,7 +145,7 @@ func (h *Handler) serve(r *http.Request) (o outcome) {
 	}
 	h.m.addCounts(h.m.received, req.Counts)
 
-	o.written, err = h.sink.Write(r.Context(), o.source, req.Series, req.Metadata)
+	o.written, err = h.sink.Write(ctx, o.source, req.Series, req.Metadata)
 	switch {
 	case err != nil:
 		o.err = err

@@ -321,6 +321,7 @@ func (in *Ingester) Write(ctx context.Context, name string, series []promsample.
 	if len(rows) == 0 {
 		return Counts{}, nil
 	}
+	sending(ctx)
 	res, err := in.opts.Writer.AppendWait(ctx, []archive.SourceRows{{Source: id, Rows: rows}}, true)
 	if err != nil {
 		return Counts{}, in.writeError(err)

@@ -53,6 +53,9 @@ type Options struct {
 	Logger *slog.Logger
 	// Registerer receives the Handler's metrics; nil registers nothing.
 	Registerer prometheus.Registerer
+	// Pending, if set, counts the requests on their way to the writer
+	// (see Pending).
+	Pending *Pending
 }
 
 // withDefaults returns o with zero fields replaced by defaults, or an error

