@@ -112,7 +112,7 @@ func ParseIndex(b []byte) (Index, error) {
 			g.FirstMetric, g.LastMetric = int(first), int(first+span)
 		}
 	}
-	if r.err == nil && len(r.b) != 0 {
+	if r.err == nil && r.left() != 0 {
 		r.fail("trailing bytes")
 	}
 	if r.err != nil {

@@ -80,25 +80,30 @@ func (p *packedSamples) add(a *packArena, t int64, v float64) {
 		p.minT, p.maxT = min(p.minT, t), max(p.maxT, t)
 	}
 	// Every append below stays within cur's capacity (checked above), so
-	// it writes into the arena's slab and never moves cur.
+	// it writes into the arena's slab and never moves cur: the appends go
+	// to a local and only the length is stored back, which, unlike
+	// assigning the slice, writes no pointer into the heap (no write
+	// barrier while the collector marks).
+	cur := p.cur
 	dt := t - p.lastT
-	p.cur = binary.AppendVarint(p.cur, dt-p.lastDT)
+	cur = binary.AppendVarint(cur, dt-p.lastDT)
 	p.lastT, p.lastDT = t, dt
 	b := math.Float64bits(v)
 	x := b ^ p.lastBits
 	p.lastBits = b
 	p.n++
 	if x == 0 {
-		p.cur = append(p.cur, 0)
-		return
+		cur = append(cur, 0)
+	} else {
+		lead, trail := bits.LeadingZeros64(x)/8, bits.TrailingZeros64(x)/8
+		cur = append(cur, byte(1+lead*8+trail))
+		x >>= 8 * trail
+		for range 8 - lead - trail {
+			cur = append(cur, byte(x))
+			x >>= 8
+		}
 	}
-	lead, trail := bits.LeadingZeros64(x)/8, bits.TrailingZeros64(x)/8
-	p.cur = append(p.cur, byte(1+lead*8+trail))
-	x >>= 8 * trail
-	for range 8 - lead - trail {
-		p.cur = append(p.cur, byte(x))
-		x >>= 8
-	}
+	p.cur = p.cur[:len(cur)]
 }
 
 // unpack appends the samples in the order they were added.

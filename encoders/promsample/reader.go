@@ -540,7 +540,7 @@ func (rr *rowGroupReader) read(rg *file.RowGroupReader, c *segmentColumns, q Que
 				if keep {
 					hr := reader{b: rr.ba[hi]}
 					h := hr.histogram(t)
-					if hr.err == nil && len(hr.b) != 0 {
+					if hr.err == nil && hr.left() != 0 {
 						hr.fail("trailing histogram bytes")
 					}
 					if hr.err != nil {
