@@ -13,6 +13,10 @@
 //     one, tests, fuzzers and benchmarks use it directly.
 //   - Options: one struct, zero value = defaults, validated once by
 //     NewHandler or NewDecoder.
+//   - Pending, optional: counts the requests between "body read" and "rows
+//     queued for the archive writer", which the writer's group commit
+//     waits for (archive.WriterOptions.Coming), so that requests sent
+//     together share one commit and one fsync.
 //   - Errors in errors.go; Status is the one error -> HTTP status mapping.
 //
 // # Protocol negotiation
