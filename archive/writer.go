@@ -999,15 +999,18 @@ func (l *loop) applyOrGroup(msg message) message {
 	}
 	group := []msgAppend{a}
 	var next message
+	take := func(m message) {
+		if b, ok := m.(msgAppend); ok && b.reply != nil {
+			group = append(group, b)
+		} else {
+			next = m
+		}
+	}
 	waiting := false
 	for next == nil && len(group) < maxGroup {
 		select {
 		case m := <-l.w.reqs:
-			if b, ok := m.(msgAppend); ok && b.reply != nil {
-				group = append(group, b)
-			} else {
-				next = m
-			}
+			take(m)
 			continue
 		default:
 		}
@@ -1023,11 +1026,7 @@ func (l *loop) applyOrGroup(msg message) message {
 		}
 		select {
 		case m := <-l.w.reqs:
-			if b, ok := m.(msgAppend); ok && b.reply != nil {
-				group = append(group, b)
-			} else {
-				next = m
-			}
+			take(m)
 		case <-l.groupTimer.C:
 			waiting = false
 			goto commit
