@@ -788,7 +788,6 @@ type loop struct {
 	// 1, one job in flight). epoch counts, per source, the operations that
 	// remove rows or segments or change what a seal may assume (eviction,
 	// finalize, resume, compaction): a seal encoded across one is redone.
-	groupTimer  *time.Timer // applyOrGroup's wait (stopped when unused)
 	sealing     *sealJob
 	sealDone    chan sealOutput
 	syncWaiters []chan struct{} // Syncs waiting for the seals before them
@@ -801,6 +800,8 @@ type loop struct {
 	// seam"), which is what lets it wait and batch.
 	prunes     map[streamKey]int64
 	pruneSince time.Time
+
+	groupTimer *time.Timer // applyOrGroup's wait for appends on their way; stopped when unused
 
 	opened, finalized  int // sources added or resumed, and finalized, this session
 	consecutiveDropped int
@@ -904,7 +905,10 @@ func (l *loop) run() {
 		if checkpoints && time.Since(l.lastCheckpoint) >= l.opts.CheckpointInterval {
 			l.checkpoint()
 		}
-		if len(l.prunes) > 0 && (!l.opts.DeferPrunes || time.Since(l.pruneSince) >= pruneMaxDelay) {
+		// Prunes run at once where they are due (after a seal without
+		// DeferPrunes, at a Prune, Sync, eviction or Close); here only
+		// those deferred or failed for pruneMaxDelay.
+		if len(l.prunes) > 0 && time.Since(l.pruneSince) >= pruneMaxDelay {
 			l.prunePending()
 		}
 		wake := time.Hour
