@@ -702,6 +702,86 @@ func TestLabelCache(t *testing.T) {
 	}
 }
 
+// TestLabelCachePredictsTheNextSeries: a series that followed the same
+// series last time is found through the previous entry, without the map,
+// and the prediction never stands in for a different label prefix.
+func TestLabelCachePredictsTheNextSeries(t *testing.T) {
+	one := []prompb.Sample{{Timestamp: 1, Value: 1}}
+	series := func(names ...string) *prompb.WriteRequest {
+		wr := &prompb.WriteRequest{}
+		for _, n := range names {
+			wr.Timeseries = append(wr.Timeseries, prompb.TimeSeries{Labels: lbl("__name__", n, "job", "j"), Samples: one})
+		}
+		return wr
+	}
+	decode := func(v *v1Decoder, wr *prompb.WriteRequest) []promsample.Series {
+		t.Helper()
+		msg, err := wr.Marshal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		req, err := v.decode(msg, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return req.Series
+	}
+	v := newV1Decoder(&slabPool{})
+	decode(v, series("a", "b", "c", "d"))
+	if n := len(v.cache.m); n != 4 {
+		t.Fatalf("%d entries after the first request, want 4", n)
+	}
+	// Keep only a's entry in the map: b, c and d must come through the
+	// links (a miss would put them again).
+	for k, e := range v.cache.m {
+		if e.ls.Get("__name__") != "a" {
+			delete(v.cache.m, k)
+		}
+	}
+	got := decode(v, series("a", "b", "c", "d"))
+	if n := len(v.cache.m); n != 1 {
+		t.Errorf("%d entries in the map, want 1 (b, c and d predicted)", n)
+	}
+	for i, name := range []string{"a", "b", "c", "d"} {
+		if want := labels.FromStrings("__name__", name, "job", "j"); !labels.Equal(got[i].Labels, want) {
+			t.Errorf("series %d: %v, want %v", i, got[i].Labels, want)
+		}
+	}
+
+	// Another successor, and a successor whose prefix merely starts with
+	// the predicted one (one more label): both decode exactly.
+	wr := series("a", "x")
+	wr.Timeseries = append(wr.Timeseries, prompb.TimeSeries{Labels: lbl("__name__", "b", "job", "j", "z", "1"), Samples: one})
+	wr.Timeseries = append(wr.Timeseries, prompb.TimeSeries{Labels: lbl("__name__", "c", "job", "j"), Samples: one})
+	got = decode(v, wr)
+	want := []labels.Labels{
+		labels.FromStrings("__name__", "a", "job", "j"),
+		labels.FromStrings("__name__", "x", "job", "j"),
+		labels.FromStrings("__name__", "b", "job", "j", "z", "1"),
+		labels.FromStrings("__name__", "c", "job", "j"),
+	}
+	for i := range want {
+		if !labels.Equal(got[i].Labels, want[i]) {
+			t.Errorf("series %d: %v, want %v", i, got[i].Labels, want[i])
+		}
+	}
+
+	// A cache that starts over links only entries of its new generation.
+	v.cache.bytes = maxCacheBytes
+	decode(v, series("e", "f"))
+	if len(v.cache.m) != 2 {
+		t.Fatalf("%d entries after starting over, want 2", len(v.cache.m))
+	}
+	for _, e := range v.cache.m {
+		if e.gen != v.cache.gen {
+			t.Errorf("entry of generation %d in generation %d", e.gen, v.cache.gen)
+		}
+		if e.ls.Get("__name__") == "e" && (e.next == nil || e.next.ls.Get("__name__") != "f") {
+			t.Errorf("e is not linked to f: %+v", e.next)
+		}
+	}
+}
+
 func lenFieldT(num byte, payload []byte) []byte {
 	b := append([]byte{num<<3 | 2}, binaryUvarint(uint64(len(payload)))...)
 	return append(b, payload...)
