@@ -97,11 +97,11 @@ func (p *packedSamples) add(a *packArena, t int64, v float64) {
 	} else {
 		lead, trail := bits.LeadingZeros64(x)/8, bits.TrailingZeros64(x)/8
 		cur = append(cur, byte(1+lead*8+trail))
-		x >>= 8 * trail
-		for range 8 - lead - trail {
-			cur = append(cur, byte(x))
-			x >>= 8
-		}
+		// One 8-byte store, of which the 8-lead-trail low bytes count: the
+		// capacity check above leaves room for all eight.
+		end := len(cur) + 8 - lead - trail
+		binary.LittleEndian.PutUint64(cur[len(cur):len(cur)+8], x>>(8*trail))
+		cur = cur[:end]
 	}
 	p.cur = p.cur[:len(cur)]
 }
@@ -121,10 +121,15 @@ func (p *packedSamples) unpack(dst []Sample) []Sample {
 			b = b[1:]
 			if h != 0 {
 				lead, trail := int(h-1)/8, int(h-1)%8
+				n := 8 - lead - trail // 1..8: x was not 0
 				var x uint64
-				n := 8 - lead - trail
-				for i := range n {
-					x |= uint64(b[i]) << (8 * i)
+				if len(b) >= 8 {
+					// One load; the bytes past n belong to the next sample.
+					x = binary.LittleEndian.Uint64(b) & (^uint64(0) >> (64 - 8*n))
+				} else {
+					for i := range n {
+						x |= uint64(b[i]) << (8 * i)
+					}
 				}
 				b = b[n:]
 				vb ^= x << (8 * trail)
