@@ -42,6 +42,14 @@
 // in one snapshot: two snapshots around a seal would see neither the new
 // segment nor the rows it hides. View provides that snapshot.
 //
+// A seal may take only a stream's oldest live rows (WriterOptions
+// MaxSealRows, MaxSealBytes): the watermark then stops at the last row it
+// took, and the rows above stay live for the next seal, so bounded seals
+// keep the same seam. They keep what a seal holds in memory fixed when the
+// encoding falls behind the appends, which WriterOptions.EncodeOn lets a
+// caller allow: the encoding is the writer's one long computation, and a
+// caller may run it at a lower CPU priority than the commits.
+//
 // Caveat: a snapshot pins the sidecar frames it can see, so no checkpoint
 // moves them while it is held and the -wal grows. Hold a snapshot for one
 // answer, never for a reader's life (SegmentBytesAt reopens per fetch).

@@ -1,6 +1,7 @@
 package archive
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -402,6 +403,54 @@ func (tx *ReadTx) WAL(source SourceID, stream string) ([]Row, error) {
 // watermark, or all of them when it has never sealed.
 func (tx *ReadTx) LiveWAL(source SourceID, stream string) ([]Row, error) {
 	return tx.rows(`SELECT stream, ts, wall_offset, row FROM wal WHERE `+liveStream+` ORDER BY ts`, source, stream)
+}
+
+// liveWALPrefix is LiveWAL cut to its oldest rows: at most maxRows rows and
+// maxBytes bytes of row data, but at least one row (a bound <= 0 is no
+// bound). The rows past the cut are not read; more reports whether at
+// least behind of them remain (never, when behind <= 0). The count stops
+// at behind, so it costs at most that many index entries.
+func (tx *ReadTx) liveWALPrefix(source SourceID, stream string, maxRows int, maxBytes int64, behind int) (rows []Row, more bool, err error) {
+	if maxRows <= 0 && maxBytes <= 0 {
+		rows, err = tx.LiveWAL(source, stream)
+		return rows, false, err
+	}
+	limit := int64(maxRows)
+	if limit <= 0 {
+		limit = -1 // SQLite: no limit
+	}
+	rs, err := tx.q.QueryContext(tx.ctx, `SELECT stream, ts, wall_offset, row FROM wal WHERE `+liveStream+` ORDER BY ts LIMIT ?3`,
+		source, stream, limit)
+	if err != nil {
+		return nil, false, sqlErr("read wal", err)
+	}
+	var bytes int64
+	for rs.Next() {
+		var r Row
+		if err := rs.Scan(&r.Stream, &r.TS, &r.WallOffset, (*driverBytes)(&r.Data)); err != nil {
+			rs.Close()
+			return nil, false, sqlErr("read wal", err)
+		}
+		if bytes += int64(len(r.Data)); maxBytes > 0 && bytes > maxBytes && len(rows) > 0 {
+			break // r is the first row of the next seal
+		}
+		rows = append(rows, r)
+	}
+	if err := cmp.Or(rs.Err(), rs.Close()); err != nil {
+		return nil, false, sqlErr("read wal", err)
+	}
+	if len(rows) == 0 || behind <= 0 {
+		return rows, false, nil
+	}
+	// Rows above the last one read are live too: the live predicate is a
+	// watermark, and every row here is above it.
+	var n int
+	err = tx.q.QueryRowContext(tx.ctx, `SELECT COUNT(*) FROM (SELECT 1 FROM wal WHERE source_id = ?1 AND stream = ?2 AND ts > ?3 LIMIT ?4)`,
+		source, stream, rows[len(rows)-1].TS, behind).Scan(&n)
+	if err != nil {
+		return nil, false, sqlErr("count live wal", err)
+	}
+	return rows, n >= behind, nil
 }
 
 // LiveWALRange is LiveWAL restricted to start <= ts <= end.

@@ -115,6 +115,25 @@ func (a *SegmentAccount) Rotate(p SealPolicy, now time.Time) {
 	*a = SegmentAccount{maxBytes: p.MaxBytes, maxRows: p.MaxRows, maxAge: p.MaxAge, align: p.Align, opened: now}
 }
 
+// Carry counts rows that a seal bounded by WriterOptions.MaxSealRows or
+// MaxSealBytes left live toward the next segment. They arrived before the
+// account opened, so the account's age runs from opened if that is
+// earlier. Alignment is not tracked for carried rows.
+func (a *SegmentAccount) Carry(rows, bytes int64, opened time.Time) {
+	if rows <= 0 {
+		return
+	}
+	if opened.Before(a.opened) {
+		a.opened = opened
+	}
+	a.rows += rows
+	a.bytes += bytes
+}
+
+// Opened is when the account started counting (or the earliest carried
+// rows' account did).
+func (a *SegmentAccount) Opened() time.Time { return a.opened }
+
 // Rows and Bytes are what the account has counted since it opened.
 func (a *SegmentAccount) Rows() int64  { return a.rows }
 func (a *SegmentAccount) Bytes() int64 { return a.bytes }

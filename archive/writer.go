@@ -128,6 +128,25 @@ type WriterOptions struct {
 	// answers (the reference's order). See prunePending for why a caller
 	// that seals streams one after another wants it on.
 	DeferPrunes bool
+	// MaxSealRows and MaxSealBytes, when > 0, bound what one seal takes
+	// from a stream: its oldest live rows, up to MaxSealRows rows and
+	// MaxSealBytes bytes of row data (always at least one row). The rest
+	// stay live, above the new watermark, for the next seal. A seal holds
+	// its rows and their decoded samples in memory while it encodes, so
+	// the bound is what keeps that memory fixed when seals fall behind the
+	// appends. Zero seals every live row (the reference's behaviour).
+	MaxSealRows  int
+	MaxSealBytes int64
+	// EncodeOn runs one seal's encoding, which is most of the writer's
+	// CPU, off the writer goroutine. nil runs encode on a new goroutine.
+	// A caller can run it on a thread of lower CPU priority than the
+	// appends' (see cmd/dendro-receiver), so that it takes the CPU the
+	// appends leave idle while they wait for their fsyncs. behind reports
+	// that a stream of the seal still holds at least 2 x MaxSealRows live
+	// rows beyond the ones sealed: the encoding is falling behind the
+	// appends and should not wait for idle CPU. EncodeOn must call encode
+	// exactly once; it may return before encode does.
+	EncodeOn func(behind bool, encode func())
 }
 
 func (o *WriterOptions) setDefaults() error {
@@ -1743,11 +1762,15 @@ func (l *loop) startSeal(job *sealJob) {
 	source := job.msg.source
 	job.epoch = l.epoch[source]
 	job.inputs = job.inputs[:0]
+	behind := false
 	err := l.view(func(tx *ReadTx) error {
 		for _, stream := range job.msg.streams {
-			rows, err := tx.LiveWAL(source, stream)
+			rows, more, err := tx.liveWALPrefix(source, stream, l.opts.MaxSealRows, l.opts.MaxSealBytes, 2*l.opts.MaxSealRows)
 			if err != nil {
 				return err
+			}
+			if more {
+				behind = true
 			}
 			k := streamKey{source, stream}
 			if len(rows) == 0 {
@@ -1773,7 +1796,12 @@ func (l *loop) startSeal(job *sealJob) {
 		return
 	}
 	l.sealing = job
-	go encodeSeal(l.opts.Encoder, job, l.sealDone)
+	if l.opts.EncodeOn == nil {
+		go encodeSeal(l.opts.Encoder, job, l.sealDone)
+		return
+	}
+	enc, done := l.opts.Encoder, l.sealDone
+	l.opts.EncodeOn(behind, func() { encodeSeal(enc, job, done) })
 }
 
 // answerSeal replies to a finished job and to the Syncs that waited for it.
