@@ -74,6 +74,12 @@ const DefaultMaxMergeBytes = 16 << 20
 type Options struct {
 	RowGroupRows  int   // 0 = DefaultRowGroupRows
 	MaxMergeBytes int64 // 0 = DefaultMaxMergeBytes
+	// OwnThread says the encoder runs on a processor of its own, at a lower
+	// CPU priority than the work it would otherwise delay (see
+	// archive.WriterOptions.EncodeOn): it then does not yield between
+	// steps (see yield), which for a goroutine locked to its thread costs
+	// two thread switches each.
+	OwnThread bool
 }
 
 // Encoder turns a stream's wal rows (each an EncodeBatch row) into one
@@ -120,6 +126,7 @@ func (s *spareWriters) put(cw *columnWriter) {
 	clear(cw.dict)
 	clear(cw.dictIDs)
 	cw.labelNames, cw.strs, cw.dict = nil, cw.strs[:0], cw.dict[:0]
+	cw.opts = nil
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.cw = cw
@@ -213,8 +220,12 @@ func (e *Encoder) EncodeConsuming(stream string, rows []archive.Row) (*archive.S
 // encoder's processor (a handler whose body arrived, the writer back from
 // an fsync) could wait out the encoder's whole time slice, up to 10 ms.
 // When nothing else is runnable, Gosched returns at once; a seal makes a
-// few thousand calls.
-func yield() { runtime.Gosched() }
+// few thousand calls. Options.OwnThread turns the yields off.
+func (o *Options) yield() {
+	if !o.OwnThread {
+		runtime.Gosched()
+	}
+}
 
 func (e *Encoder) encode(stream string, rows []archive.Row, consume bool) (*archive.Segment, error) {
 	if len(rows) == 0 {
@@ -231,7 +242,7 @@ func (e *Encoder) encode(stream string, rows []archive.Row, consume bool) (*arch
 		if consume {
 			rows[i].Data = nil
 		}
-		yield() // per row: ~50 µs of decoding
+		e.Opts.yield() // per row: ~50 µs of decoding
 	}
 	series, meta := c.finish()
 	// A segment takes about half its rows' bytes (rwload: 2.9 vs 6.9
@@ -265,7 +276,7 @@ func (e *Encoder) Merge(stream string, segs []archive.StoredSegment) (*archive.S
 	all := Query{MinT: math.MinInt64, MaxT: math.MaxInt64}
 	var rows int64
 	for _, s := range segs[:n] {
-		yield()
+		e.Opts.yield()
 		got, err := ReadSegment(s.Bytes, all)
 		if err != nil {
 			return nil, 0, fmt.Errorf("stream %q segment %d: %w", stream, s.Seq, err)
@@ -448,6 +459,7 @@ func (e *Encoder) write(series []*seriesData, meta []Metadata, sizeHint int) (da
 	}
 	cw := e.spare.get()
 	defer e.spare.put(cw)
+	cw.opts = &e.Opts
 	cw.labelNames = labelNames
 	for _, p := range plans {
 		if err := cw.writeRowGroup(w, series[p.from:p.to]); err != nil {
@@ -599,6 +611,7 @@ func segmentSchema(labelNames []string, dict map[string]bool, mem memory.Allocat
 // columnWriter holds the per-row-group column buffers, reused across row
 // groups.
 type columnWriter struct {
+	opts       *Options // the encoder's, for yield
 	labelNames []string
 	strs       []parquet.ByteArray
 	def        []int16
@@ -830,12 +843,12 @@ func (cw *columnWriter) writeRowGroup(w *file.Writer, series []*seriesData) erro
 
 	// __name__ and the label columns: one value per series. A yield before
 	// each column (see yield).
-	yield()
+	cw.opts.yield()
 	if err := cw.writeStrings(rg, series, true, func(s *seriesData) string { return s.name }); err != nil {
 		return err
 	}
 	for _, ln := range cw.labelNames {
-		yield()
+		cw.opts.yield()
 		if err := cw.writeStrings(rg, series, false, func(s *seriesData) string { return s.lbls.Get(ln) }); err != nil {
 			return err
 		}
@@ -850,7 +863,7 @@ func (cw *columnWriter) writeRowGroup(w *file.Writer, series []*seriesData) erro
 		func() error { return writeFloat64(rg, cw.hcount, cw.hdef) },
 		func() error { return writeFloat64(rg, cw.hsum, cw.hdef) },
 	} {
-		yield()
+		cw.opts.yield()
 		if err := write(); err != nil {
 			return err
 		}
