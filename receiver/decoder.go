@@ -3,7 +3,6 @@ package receiver
 import (
 	"errors"
 	"fmt"
-	"runtime"
 	"sync"
 
 	"github.com/golang/snappy"
@@ -69,9 +68,9 @@ type Decoder struct {
 	// for the duration of one Decode: everything kept from it is copied
 	// (labels by the ScratchBuilder, strings by the gogo decoders).
 	bufs sync.Pool
-	// v1 lends v1Decoders, each with its label cache, at most GOMAXPROCS
-	// at a time: that bounds the caches' memory (GOMAXPROCS x
-	// maxCacheBytes).
+	// v1 lends v1Decoders, each with its label cache, at most
+	// Options.Parallelism at a time: that bounds the caches' memory
+	// (Parallelism x maxCacheBytes).
 	v1    *freeList[*v1Decoder]
 	v2    sync.Pool // *v2Decoder
 	slabs *slabPool // Request memory, back from Recycle
@@ -98,7 +97,7 @@ func NewDecoder(o Options) (*Decoder, error) {
 func newDecoder(o Options) *Decoder {
 	slabs := &slabPool{}
 	return &Decoder{opts: o, slabs: slabs,
-		v1: newFreeList(runtime.GOMAXPROCS(0), func() *v1Decoder { return newV1Decoder(slabs) })}
+		v1: newFreeList(o.Parallelism, func() *v1Decoder { return newV1Decoder(slabs) })}
 }
 
 // Decode decodes and validates a snappy-block-compressed body holding a

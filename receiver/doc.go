@@ -152,7 +152,7 @@
 // validated and decoded to: a sender repeats the same series every scrape,
 // so in the steady state labels cost one map lookup (about 3 allocations
 // per 2,000-sample request instead of one per series). The decoders live
-// in a free list of max(4, GOMAXPROCS) so their caches survive garbage
+// in a free list of Options.Parallelism so their caches survive garbage
 // collections; each cache is bounded at 4 MiB or 65,536 entries, and
 // starts over when full. Histograms, exemplar payloads and
 // metadata use the gogo decoders of their sub-messages. FuzzDecodeV1 checks

@@ -1,13 +1,16 @@
 package receiver
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -46,6 +49,9 @@ type IngestOptions struct {
 	// WriteTimeout bounds how long a request waits for the writer before it
 	// is answered 503; 0 means 30 s.
 	WriteTimeout time.Duration
+	// Parallelism is how many requests are encoded into rows at once, each
+	// with a label cache of its own; 0 means GOMAXPROCS.
+	Parallelism int
 	// Now is the clock; nil means time.Now.
 	Now    func() time.Time
 	Logger *slog.Logger
@@ -87,7 +93,8 @@ type Ingester struct {
 	accounts map[streamKey]*archive.SegmentAccount
 
 	// scratch lends rowScratches, each with its encoder's label cache, at
-	// most GOMAXPROCS at a time: that bounds the caches' memory.
+	// most IngestOptions.Parallelism at a time: that bounds the caches'
+	// memory.
 	scratch *freeList[*rowScratch]
 	// rowBufs holds the byte slices of committed rows for the next
 	// request's rows to be encoded into.
@@ -214,7 +221,7 @@ func NewIngester(ctx context.Context, opts IngestOptions) (*Ingester, error) {
 	in := &Ingester{opts: opts, enc: &promsample.Encoder{}, log: opts.Logger,
 		sources: map[string]archive.SourceID{}, buckets: map[archive.SourceID]int{},
 		accounts: map[streamKey]*archive.SegmentAccount{}}
-	in.scratch = newFreeList(runtime.GOMAXPROCS(0), func() *rowScratch { return new(rowScratch) })
+	in.scratch = newFreeList(cmp.Or(max(opts.Parallelism, 0), runtime.GOMAXPROCS(0)), func() *rowScratch { return new(rowScratch) })
 
 	type resumable struct {
 		id      archive.SourceID
@@ -430,26 +437,59 @@ func (in *Ingester) Run(ctx context.Context) {
 	}
 }
 
-// SealDue seals every stream whose account says it is due.
+// SealDue seals every stream whose account says it is due. A seal the
+// writer bounds (archive.WriterOptions.MaxSealRows, MaxSealBytes) leaves
+// the stream's newer rows live; they are carried into its account, and a
+// stream still due after that is sealed again in the next round, up to
+// maxSealRounds rounds per call.
 func (in *Ingester) SealDue(ctx context.Context) {
+	for range maxSealRounds {
+		if !in.sealDueRound(ctx) || ctx.Err() != nil {
+			return
+		}
+	}
+}
+
+// maxSealRounds bounds the rounds of one SealDue, so that a writer behind
+// the appends does not keep Run from retention and compaction.
+const maxSealRounds = 4
+
+// dueStream is a stream's account as it stood when it fell due.
+type dueStream struct {
+	stream      string
+	rows, bytes int64
+	opened      time.Time
+}
+
+// sealDueRound seals the streams due now and reports whether one of them is
+// due again (a bounded seal left enough rows behind).
+func (in *Ingester) sealDueRound(ctx context.Context) bool {
 	now := in.opts.Now()
-	due := map[archive.SourceID][]string{}
+	due := map[archive.SourceID][]dueStream{}
 	in.mu.Lock()
 	for k, a := range in.accounts {
 		if a.Due(now) {
-			due[k.source] = append(due[k.source], k.stream)
+			due[k.source] = append(due[k.source], dueStream{k.stream, a.Rows(), a.Bytes(), a.Opened()})
 			a.Rotate(in.opts.Seal, now)
 		}
 	}
 	in.mu.Unlock()
+	again := false
 	for src, streams := range due {
-		sort.Strings(streams)
+		slices.SortFunc(streams, func(a, b dueStream) int { return strings.Compare(a.stream, b.stream) })
 		// One stream per seal: a seal holds its streams' live rows in memory
 		// while they are encoded, and streams that rotated together fall due
 		// together (8 x 900 rows were a third of the peak heap).
-		for _, st := range streams {
-			if _, err := in.opts.Writer.SealWait(ctx, src, []string{st}); err != nil && ctx.Err() == nil {
-				in.log.Warn("seal failed", "source", src, "stream", st, "err", err)
+		for _, d := range streams {
+			sealed, err := in.opts.Writer.SealWait(ctx, src, []string{d.stream})
+			if err != nil {
+				if ctx.Err() == nil {
+					in.log.Warn("seal failed", "source", src, "stream", d.stream, "err", err)
+				}
+				continue
+			}
+			if in.carry(streamKey{src, d.stream}, d, sealed) {
+				again = true
 			}
 		}
 	}
@@ -461,6 +501,30 @@ func (in *Ingester) SealDue(ctx context.Context) {
 			in.log.Warn("prune failed", "err", err)
 		}
 	}
+	return again
+}
+
+// carry counts the rows of d that its seal left live into the stream's
+// account, and reports whether that made the stream due again. A seal takes
+// the stream's oldest live rows, those d counted first; rows committed
+// since d was taken are already in the account.
+func (in *Ingester) carry(k streamKey, d dueStream, sealed []archive.Sealed) bool {
+	var n int64
+	for _, s := range sealed {
+		n += s.Rows
+	}
+	left := d.rows - n
+	if n == 0 || left <= 0 {
+		return false
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	a := in.accounts[k]
+	if a == nil {
+		return false
+	}
+	a.Carry(left, d.bytes*left/d.rows, d.opened)
+	return a.Due(in.opts.Now())
 }
 
 // SealAll seals every stream that has live rows (operators, tests).
@@ -475,8 +539,17 @@ func (in *Ingester) SealAll(ctx context.Context) error {
 	in.mu.Unlock()
 	for src, streams := range due {
 		sort.Strings(streams)
-		if _, err := in.opts.Writer.SealWait(ctx, src, streams); err != nil {
-			return err
+		// A bounded seal (archive.WriterOptions.MaxSealRows) leaves rows
+		// live: seal again the streams that sealed until none has any.
+		for len(streams) > 0 {
+			sealed, err := in.opts.Writer.SealWait(ctx, src, streams)
+			if err != nil {
+				return err
+			}
+			streams = streams[:0]
+			for _, s := range sealed {
+				streams = append(streams, s.Stream)
+			}
 		}
 	}
 	return nil

@@ -434,3 +434,67 @@ func TestASourceKeepsItsStreamBuckets(t *testing.T) {
 		}
 	}
 }
+
+// TestBoundedSealsCarryTheirLeftRows: with a writer that seals at most a
+// policy's worth of rows, as the binary's does, the rows a seal leaves live
+// stay counted toward the stream's next seal: SealDue seals again while the
+// stream is still due, and SealAll until nothing is live.
+func TestBoundedSealsCarryTheirLeftRows(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "a.db")
+	s := openStackWriter(t, path, archive.SealPolicy{MaxRows: 2}, 0, archive.WriterOptions{MaxSealRows: 2, DeferPrunes: true})
+	send := func(ts int64) {
+		t.Helper()
+		wr := prompb.WriteRequest{Timeseries: []prompb.TimeSeries{{Labels: lbl("__name__", "m1"), Samples: []prompb.Sample{{Timestamp: ts, Value: float64(ts)}}}}}
+		if a := post(t, s.url, bytes.NewReader(encodeV1(t, &wr)), v1Headers()); a.code != http.StatusNoContent {
+			t.Fatalf("%d %s", a.code, a.body)
+		}
+	}
+	live := func() int {
+		t.Helper()
+		a, err := archive.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer a.Close()
+		n := 0
+		if err := a.View(context.Background(), func(tx *archive.ReadTx) error {
+			rows, err := tx.LiveWAL(1, promsample.StreamFor("m1", promsample.DefaultStreamBuckets))
+			n = len(rows)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	for ts := int64(1); ts <= 7; ts++ {
+		send(ts) // one row each, all in m1's stream
+	}
+	before := readBack(t, path)
+	s.ing.SealDue(context.Background())
+	// 7 rows due: seals of 2, 2 and 2 rows, each carrying the rest into
+	// the account until 1 row is left, below the policy.
+	if st := s.w.Stats(); st.Seals != 3 {
+		t.Fatalf("%d seals after SealDue, want 3 (7 rows, 2 a seal, 1 left)", st.Seals)
+	}
+	if n := live(); n != 1 {
+		t.Fatalf("%d rows live after SealDue, want 1", n)
+	}
+	send(8) // the carried row and this one make the policy's 2
+	s.ing.SealDue(context.Background())
+	if st, n := s.w.Stats(), live(); st.Seals != 4 || n != 0 {
+		t.Fatalf("%d seals and %d rows live, want 4 and 0", st.Seals, n)
+	}
+	for ts := int64(9); ts <= 13; ts++ {
+		send(ts)
+	}
+	if err := s.ing.SealAll(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := live(); n != 0 {
+		t.Fatalf("%d rows live after SealAll, want 0", n)
+	}
+	after := readBack(t, path)
+	if len(before) != 1 || len(before[0].Samples) != 7 || len(after) != 1 || len(after[0].Samples) != 13 {
+		t.Fatalf("read back %v before and %v after; want m1 with 7 and 13 samples", before, after)
+	}
+}

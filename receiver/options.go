@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"runtime"
 	"strings"
 	"time"
 
@@ -56,6 +57,9 @@ type Options struct {
 	// Pending, if set, counts the requests on their way to the writer
 	// (see Pending).
 	Pending *Pending
+	// Parallelism is how many remote-write 1.0 requests are decoded at
+	// once, each with a label cache of its own; 0 means GOMAXPROCS.
+	Parallelism int
 }
 
 // withDefaults returns o with zero fields replaced by defaults, or an error
@@ -70,6 +74,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.MaxSourceBytes < 0 {
 		errs = append(errs, fmt.Errorf("MaxSourceBytes %d < 0", o.MaxSourceBytes))
+	}
+	if o.Parallelism < 0 {
+		errs = append(errs, fmt.Errorf("Parallelism %d < 0", o.Parallelism))
 	}
 	if o.RetryAfter < 0 {
 		errs = append(errs, fmt.Errorf("RetryAfter %v < 0", o.RetryAfter))
@@ -95,6 +102,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.RetryAfter == 0 {
 		o.RetryAfter = DefaultRetryAfter
+	}
+	if o.Parallelism == 0 {
+		o.Parallelism = runtime.GOMAXPROCS(0)
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
