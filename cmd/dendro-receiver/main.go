@@ -18,8 +18,9 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	go tuneGC(ctx, os.Getenv) // the process's runtime setting, so here and not in run
-	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	go tuneGC(ctx, os.Getenv) // the process's runtime settings, so here and not in run
+	procs := reserveEncoderProc(os.Getenv)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr, procs)
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "dendro-receiver:", oneLine(err))

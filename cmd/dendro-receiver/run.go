@@ -101,9 +101,9 @@ func parseFlags(args []string, stdout io.Writer) (*config, bool, error) {
 	app.Flag("retention.time", "Remove data received longer ago than this (0: keep).").Default("15d").SetValue(named("retention.time", &c.retentionTime))
 	app.Flag("retention.size", "Cap the archive at this size by removing the oldest segments (0: no cap). Units: KB, MB, GB...").
 		Default("0").SetValue(named("retention.size", (*bytesValue)(&c.retentionSize)))
-	app.Flag("seal.max-rows", "Seal a stream's live rows into a Parquet segment after this many rows (requests).").
+	app.Flag("seal.max-rows", "Seal a stream's live rows into a Parquet segment after this many rows (requests); a seal takes at most this many.").
 		Default(fmt.Sprint(archive.DefaultSealMaxRows)).Int64Var(&c.sealMaxRows)
-	app.Flag("seal.max-bytes", "... or this many bytes of live rows.").Default("8MiB").SetValue(named("seal.max-bytes", (*bytesValue)(&c.sealMaxBytes)))
+	app.Flag("seal.max-bytes", "... or this many bytes of live rows (and takes at most this many).").Default("8MiB").SetValue(named("seal.max-bytes", (*bytesValue)(&c.sealMaxBytes)))
 	app.Flag("seal.max-age", "... or when its oldest live row is this old.").Default("5m").SetValue(named("seal.max-age", &c.sealMaxAge))
 	app.Flag("compact.target-rows", "Merge small segments up to this many rows (0: default, -1: off).").
 		Default("0").Int64Var(&c.compactRows)
@@ -219,7 +219,7 @@ func checkArchivePath(path string) (exists bool, err error) {
 	}
 }
 
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func run(ctx context.Context, args []string, stdout, stderr io.Writer, procs int) error {
 	if len(args) > 0 && args[0] == "healthcheck" {
 		return healthcheck(ctx, args[1:], stdout)
 	}
@@ -253,9 +253,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 
 	enc := &promsample.Encoder{}
+	policy := archive.SealPolicy{MaxRows: c.sealMaxRows, MaxBytes: int64(c.sealMaxBytes), MaxAge: time.Duration(c.sealMaxAge)}
 	// DeferPrunes: the ingester seals due streams one after another and
-	// then asks for one prune of them all (Ingester.SealDue).
-	wopts := archive.WriterOptions{Encoder: enc, Logger: logger.With("component", "archive"), DeferPrunes: true}
+	// then asks for one prune of them all (Ingester.SealDue). A seal takes
+	// at most the policy's rows and bytes, so that one behind the appends
+	// holds no more memory than one on time (see encodeprio.go).
+	wopts := archive.WriterOptions{Encoder: enc, Logger: logger.With("component", "archive"), DeferPrunes: true,
+		MaxSealRows: int(policy.WithDefaults().MaxRows), MaxSealBytes: policy.WithDefaults().MaxBytes}
+	if threadPriorities {
+		enc.Opts.OwnThread = true
+		wopts.EncodeOn = encodeAtIdlePriority(logger.With("component", "archive"))
+	}
 	// A commit waits up to groupWait for requests the handler is still
 	// decoding (receiver.Pending), to take them along.
 	pending := &receiver.Pending{}
@@ -285,11 +293,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	ing, err := receiver.NewIngester(ctx, receiver.IngestOptions{
 		Writer: w, Reader: reader, Buckets: c.buckets,
-		Seal:              archive.SealPolicy{MaxRows: c.sealMaxRows, MaxBytes: int64(c.sealMaxBytes), MaxAge: time.Duration(c.sealMaxAge)},
+		Seal:              policy,
 		Retention:         time.Duration(c.retentionTime),
 		RetentionBytes:    int64(c.retentionSize),
 		CompactTargetRows: c.compactRows,
 		WriteTimeout:      time.Duration(c.writeTimeout),
+		Parallelism:       procs,
 		Logger:            logger.With("component", "ingest"),
 	})
 	if err != nil {
@@ -308,6 +317,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Logger:             logger.With("component", "write"),
 		Registerer:         reg,
 		Pending:            pending,
+		Parallelism:        procs,
 	})
 	if err != nil {
 		reader.Close()

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -41,7 +42,7 @@ func TestStartupRefusals(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			var out, errOut bytes.Buffer
-			err := run(context.Background(), c.args, &out, &errOut)
+			err := run(context.Background(), c.args, &out, &errOut, runtime.GOMAXPROCS(0))
 			var u *usageError
 			if !errors.As(err, &u) || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("run(%q) = %v; want a usage error mentioning %q", c.args, err, c.want)
@@ -65,7 +66,7 @@ func TestStartupRefusals(t *testing.T) {
 func TestVersionAndHelp(t *testing.T) {
 	for _, args := range [][]string{{"--version"}, {"--help"}} {
 		var out bytes.Buffer
-		if err := run(context.Background(), args, &out, &out); err != nil {
+		if err := run(context.Background(), args, &out, &out, runtime.GOMAXPROCS(0)); err != nil {
 			t.Fatalf("%v: %v", args, err)
 		}
 		if out.Len() == 0 {
