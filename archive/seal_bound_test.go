@@ -80,6 +80,7 @@ func TestABoundedSealTakesTheOldestRows(t *testing.T) {
 			must(t, err)
 			eq(t, "a seal with nothing live", len(out), 0)
 			eq(t, "EncodeOn's behind flags", log.flags(), c.behind)
+			eq(t, "Stats().SealsBehind", w.Stats().SealsBehind, int64(len(slices.DeleteFunc(slices.Clone(c.behind), func(b bool) bool { return !b }))))
 			exactlyOnce(t, everyRow(t, w.Path(), s.ID(), "s"), ts(10, 19))
 			must(t, w.Err())
 		})

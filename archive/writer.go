@@ -219,13 +219,17 @@ type WriterStats struct {
 	CacheBytes int64
 	// PrunedRows counts sealed wal rows deleted after their seal.
 	PrunedRows int64
+	// SealsBehind counts seals that started with a stream at least
+	// 2 x MaxSealRows live rows past the rows they took (EncodeOn's
+	// behind): the encoding was falling behind the appends.
+	SealsBehind int64
 }
 
 type writerCounters struct {
 	commits, rowsCommitted, rowsDropped, droppedTicks, retries, commitNanos   atomic.Int64
 	seals, segmentBytes, sealNanos, deferredSeals, compactions, evictions     atomic.Int64
 	evictedSegments, evictedLiveRows, checkpoints, checkpointErrors, reclaims atomic.Int64
-	pagesWritten, groupedCommits, groupFallbacks, prunedRows                  atomic.Int64
+	pagesWritten, groupedCommits, groupFallbacks, prunedRows, sealsBehind     atomic.Int64
 	cacheBytes                                                                atomic.Int64 // a gauge
 }
 
@@ -241,7 +245,7 @@ func (w *Writer) Stats() WriterStats {
 		Checkpoints: c.checkpoints.Load(), CheckpointErrors: c.checkpointErrors.Load(), Reclaims: c.reclaims.Load(),
 		PagesWritten: c.pagesWritten.Load(), GroupedCommits: c.groupedCommits.Load(),
 		GroupFallbacks: c.groupFallbacks.Load(), CacheBytes: c.cacheBytes.Load(),
-		PrunedRows: c.prunedRows.Load(),
+		PrunedRows: c.prunedRows.Load(), SealsBehind: c.sealsBehind.Load(),
 	}
 }
 
@@ -1796,6 +1800,9 @@ func (l *loop) startSeal(job *sealJob) {
 		return
 	}
 	l.sealing = job
+	if behind {
+		l.w.stats.sealsBehind.Add(1)
+	}
 	if l.opts.EncodeOn == nil {
 		go encodeSeal(l.opts.Encoder, job, l.sealDone)
 		return

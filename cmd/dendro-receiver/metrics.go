@@ -20,7 +20,7 @@ type archiveCollector struct {
 	commits, rowsCommitted, rowsDropped, droppedTicks, retries, commitSeconds   *prometheus.Desc
 	seals, segmentBytes, sealSeconds, deferredSeals, compactions, evictions     *prometheus.Desc
 	evictedSegments, evictedLive, checkpoints, checkpointErrors, pagesWritten   *prometheus.Desc
-	groupedCommits, groupFallbacks, writerCacheBytes, prunedRows                *prometheus.Desc
+	groupedCommits, groupFallbacks, writerCacheBytes, prunedRows, sealsBehind   *prometheus.Desc
 	fileBytes, freePages, walRows, sidecarBytes, sources, segments, streams, up *prometheus.Desc
 }
 
@@ -47,6 +47,7 @@ func newArchiveCollector(w *archive.Writer, r *archive.Archive, ing *receiver.In
 		checkpointErrors: d("writer_checkpoint_errors_total", "Passive checkpoints that failed."),
 		pagesWritten:     d("writer_sidecar_pages_written_total", "Pages written to the -wal sidecar."),
 		prunedRows:       d("writer_pruned_rows_total", "Sealed wal rows deleted after their seal."),
+		sealsBehind:      d("writer_seals_behind_total", "Seals that found a stream at least twice --seal.max-rows behind; they run at normal CPU priority."),
 		writerCacheBytes: d("writer_page_cache_bytes", "Heap memory of the writer connection's SQLite page cache."),
 		groupedCommits:   d("writer_grouped_commits_total", "Transactions that committed several waiting requests together."),
 		groupFallbacks:   d("writer_group_fallbacks_total", "Groups whose shared transaction failed, so each request was committed alone."),
@@ -87,6 +88,7 @@ func (c *archiveCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.checkpointErrors, float64(s.CheckpointErrors))
 	counter(c.pagesWritten, float64(s.PagesWritten))
 	counter(c.prunedRows, float64(s.PrunedRows))
+	counter(c.sealsBehind, float64(s.SealsBehind))
 	gauge(c.writerCacheBytes, float64(s.CacheBytes))
 	counter(c.groupedCommits, float64(s.GroupedCommits))
 	counter(c.groupFallbacks, float64(s.GroupFallbacks))
