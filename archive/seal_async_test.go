@@ -298,23 +298,33 @@ func (c consumingTags) EncodeConsuming(stream string, rows []archive.Row) (*arch
 // which may drop their Data while the writer reads their TS (appends racing
 // the encode, under -race) and still records every row exactly once; the
 // public Materialize never consumes its caller's rows.
-func TestASealMayConsumeItsRows(t *testing.T) {
+// appendRacingSeals appends n stamped one-row ticks to stream "s" and sends
+// a seal of it, not waited for, after every sealEvery-th: the appends race
+// the encodes. It returns the acknowledged ts.
+func appendRacingSeals(t *testing.T, w *archive.Writer, s *archive.Source, n, sealEvery int) []int64 {
+	t.Helper()
 	ctx := at.Ctx(t)
-	var calls atomic.Int64
-	enc := consumingTags{calls: &calls}
-	w, s := newSource(t, archive.WriterOptions{Encoder: enc, Now: func() time.Time { return time.Unix(0, 1) }})
 	var acked []int64
-	for i := range 200 {
+	for i := range n {
 		rows := at.Rows("s", 0)
 		r, err := w.AppendWait(ctx, []archive.SourceRows{{Source: s.ID(), Rows: rows}}, true)
 		if err != nil || r.Dropped() != 0 {
 			t.Fatalf("append %d: %v %+v", i, err, r.Streams)
 		}
 		acked = append(acked, rows[0].TS)
-		if i%7 == 6 {
-			must(t, w.Seal(ctx, s.ID(), []string{"s"})) // not waited for: appends race the encode
+		if i%sealEvery == sealEvery-1 {
+			must(t, w.Seal(ctx, s.ID(), []string{"s"}))
 		}
 	}
+	return acked
+}
+
+func TestASealMayConsumeItsRows(t *testing.T) {
+	ctx := at.Ctx(t)
+	var calls atomic.Int64
+	enc := consumingTags{calls: &calls}
+	w, s := newSource(t, archive.WriterOptions{Encoder: enc, Now: func() time.Time { return time.Unix(0, 1) }})
+	acked := appendRacingSeals(t, w, s, 200, 7)
 	must(t, s.Sync(ctx))
 	if calls.Load() == 0 {
 		t.Fatal("the seal never called EncodeConsuming")

@@ -95,18 +95,7 @@ func TestBoundedSealsRacingAppendsReadEveryRowOnce(t *testing.T) {
 	var log behindLog
 	w, s := newSource(t, archive.WriterOptions{MaxSealRows: 5, EncodeOn: log.encodeOn,
 		Now: func() time.Time { return time.Unix(0, 1) }})
-	var acked []int64
-	for i := range 300 {
-		rows := at.Rows("s", 0)
-		r, err := w.AppendWait(ctx, []archive.SourceRows{{Source: s.ID(), Rows: rows}}, true)
-		if err != nil || r.Dropped() != 0 {
-			t.Fatalf("append %d: %v %+v", i, err, r.Streams)
-		}
-		acked = append(acked, rows[0].TS)
-		if i%13 == 12 {
-			must(t, w.Seal(ctx, s.ID(), []string{"s"})) // not waited for
-		}
-	}
+	acked := appendRacingSeals(t, w, s, 300, 13)
 	must(t, s.Sync(ctx))
 	exactlyOnce(t, everyRow(t, w.Path(), s.ID(), "s"), acked)
 	// 23 seals of at most 5 rows each took 115 rows at most: the rest are
