@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -94,7 +95,17 @@ type Encoder struct {
 	goAlloc bool
 
 	spare spareWriters
+
+	// unresolved counts samples, histograms and exemplars of format-2 rows
+	// whose series' anchor was not among the rows encoded (see
+	// rowCollector.epochs).
+	unresolved atomic.Int64
 }
+
+// Unresolved returns how many samples, histograms and exemplars Encode has
+// dropped because their series' anchor row was gone: rows of an epoch
+// whose start a retention evicted before it was sealed.
+func (e *Encoder) Unresolved() int64 { return e.unresolved.Load() }
 
 // spareWriters keeps the column buffers of a finished write for the next
 // one: rebuilt for every seal they were 7% of the bytes the server
@@ -228,11 +239,19 @@ func (o *Options) yield() {
 }
 
 func (e *Encoder) encode(stream string, rows []archive.Row, consume bool) (*archive.Segment, error) {
+	// Only closed units (format-1 rows, closed format-2 epochs) are
+	// sealed; an open epoch at the end stays live (see closedPrefix).
+	n, err := closedPrefix(rows)
+	if err != nil {
+		return nil, fmt.Errorf("stream %q: %w", stream, err)
+	}
+	rows = rows[:n]
 	if len(rows) == 0 {
 		return nil, nil
 	}
 	c := newPackingCollector()
 	rc := newRowCollector(c)
+	defer func() { e.unresolved.Add(rc.unresolved) }()
 	rowBytes := 0
 	for i := range rows {
 		if err := rc.add(rows[i].Data); err != nil {

@@ -51,30 +51,24 @@ func (q *Query) nameMatches(n string) bool {
 	return true
 }
 
-// ReadRows answers q from live wal rows (each an EncodeBatch row) without
+// ReadRows answers q from live wal rows (of either row format) without
 // building Parquet: the read path's live tail. The answer equals what
-// ReadSegment returns for the segment the Encoder makes of the same rows.
+// ReadSegment returns for the segment the Encoder makes of the same rows
+// (for rows the Encoder seals: closed epochs; ReadRows reads open ones too).
 func ReadRows(rows []archive.Row, q Query) ([]Series, error) {
 	c := newCollector()
-	var d BatchDecoder
+	rc := newRowCollector(c)
 	for i := range rows {
-		b, err := d.Decode(rows[i].Data)
-		if err != nil {
+		if err := rc.add(rows[i].Data); err != nil {
 			return nil, fmt.Errorf("row ts %d: %w", rows[i].TS, err)
 		}
-		// Filter early: most of a tail is other series.
-		kept := b.Series[:0]
-		for _, s := range b.Series {
-			if q.matches(s.Labels) {
-				kept = append(kept, s)
-			}
-		}
-		b.Series, b.Metadata = kept, nil
-		c.add(&b)
 	}
 	series, _ := c.finish()
 	var out []Series
 	for _, s := range series {
+		if !q.matches(s.lbls) {
+			continue
+		}
 		r := Series{Labels: s.lbls, Samples: inRange(s.samples, q), Histograms: histInRange(s.hists, q), Exemplars: exInRange(s.exemplars, q)}
 		if len(r.Samples)+len(r.Histograms)+len(r.Exemplars) > 0 {
 			out = append(out, r)
@@ -86,13 +80,11 @@ func ReadRows(rows []archive.Row, q Query) ([]Series, error) {
 // ReadRowsMetadata returns the distinct metadata carried by rows, sorted.
 func ReadRowsMetadata(rows []archive.Row) ([]Metadata, error) {
 	c := newCollector()
-	var d BatchDecoder
+	rc := newRowCollector(c)
 	for i := range rows {
-		b, err := d.Decode(rows[i].Data)
-		if err != nil {
+		if err := rc.add(rows[i].Data); err != nil {
 			return nil, fmt.Errorf("row ts %d: %w", rows[i].TS, err)
 		}
-		c.add(&Batch{Metadata: b.Metadata})
 	}
 	_, meta := c.finish()
 	return meta, nil

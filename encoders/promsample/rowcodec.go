@@ -450,15 +450,33 @@ type rowCollector struct {
 	series map[string]*seriesData // uvarint ids of a series' labels -> series
 	key    []byte
 	sb     labels.ScratchBuilder
+	// epochs maps a format-2 epoch to its series by local id. An epoch's
+	// anchors come before its references (rule 2 of rowv2.go), so a
+	// reference to a local id not (yet) anchored is to a row that is not
+	// among the rows given: the stream's rows were cut mid-epoch, which
+	// only a retention that evicted live rows does. Such samples are
+	// dropped and counted in unresolved.
+	epochs     map[uint64][]*seriesData
+	unresolved int64
 }
 
 func newRowCollector(c *collector) *rowCollector {
-	return &rowCollector{c: c, strID: map[string]uint32{}, series: map[string]*seriesData{}}
+	return &rowCollector{c: c, strID: map[string]uint32{}, series: map[string]*seriesData{}, epochs: map[uint64][]*seriesData{}}
 }
 
-// add decodes one row into the collector. On error the collector may hold
-// part of the row; the caller discards it.
+// add decodes one row, of either format, into the collector. On error the
+// collector may hold part of the row; the caller discards it.
 func (rc *rowCollector) add(row []byte) error {
+	h, err := ParseRowHeader(row)
+	if err != nil {
+		return err
+	}
+	if h.Format == 2 {
+		if h.Close {
+			return nil
+		}
+		return rc.addAnchored(row, h)
+	}
 	raw, err := decompressRow(&rc.raw, row)
 	if err != nil {
 		return err

@@ -1,0 +1,361 @@
+package promsample
+
+import (
+	"errors"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/prometheus/prometheus/model/labels"
+
+	"github.com/dendro-receiver/dendro-receiver/archive"
+)
+
+// anchorer turns batches into anchored rows the way a writer must
+// (rowv2.go's rules): a series is anchored by the first row of its epoch
+// that holds it and referred to by local id afterwards; closeEvery > 0
+// closes the epoch with a marker every closeEvery data rows.
+type anchorer struct {
+	enc        RowEncoder
+	epoch      uint64
+	locals     map[string]uint32
+	rows       int
+	closeEvery int
+	ts         int64
+}
+
+func newAnchorer(closeEvery int) *anchorer {
+	return &anchorer{epoch: 1, locals: map[string]uint32{}, closeEvery: closeEvery, ts: 1_700_000_000_000_000_000}
+}
+
+func (a *anchorer) next() int64 { a.ts++; return a.ts }
+
+// row encodes b as one data row of the current epoch.
+func (a *anchorer) row(t testing.TB, b Batch) archive.Row {
+	t.Helper()
+	r := AnchoredRow{Epoch: a.epoch, FirstLocal: uint32(len(a.locals)), Metadata: b.Metadata}
+	for _, s := range b.Series {
+		k := s.Labels.String()
+		id, ok := a.locals[k]
+		if !ok {
+			id = uint32(len(a.locals))
+			a.locals[k] = id
+			r.Anchors = append(r.Anchors, s.Labels)
+		}
+		r.Series = append(r.Series, RowSeries{Local: id, Samples: s.Samples, Histograms: s.Histograms, Exemplars: s.Exemplars})
+	}
+	data, err := a.enc.Append(nil, &r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.rows++
+	return archive.Row{Stream: "s", TS: a.next(), Data: data}
+}
+
+// close appends a close marker and starts the next epoch.
+func (a *anchorer) close() archive.Row {
+	row := archive.Row{Stream: "s", TS: a.next(), Data: AppendEpochClose(nil, a.epoch)}
+	a.epoch = a.epoch*6364136223846793005 + 1442695040888963407
+	clear(a.locals)
+	a.rows = 0
+	return row
+}
+
+func (a *anchorer) rowsOf(t testing.TB, batches []Batch) []archive.Row {
+	var out []archive.Row
+	for _, b := range batches {
+		out = append(out, a.row(t, b))
+		if a.closeEvery > 0 && a.rows == a.closeEvery {
+			out = append(out, a.close())
+		}
+	}
+	return out
+}
+
+func TestAnchoredRowsRoundTrip(t *testing.T) {
+	r := rand.New(rand.NewPCG(11, 12))
+	batches := randBatches(r, 60)
+	a := newAnchorer(7)
+	rows := a.rowsOf(t, batches)
+	// Resolve every row through its epoch's anchors, as a tail reader does.
+	var d RowDecoder
+	var dr DecodedRow
+	tables := map[uint64][]labels.Labels{}
+	var got []Batch
+	for _, row := range rows {
+		if err := d.Decode(row.Data, &dr); err != nil {
+			t.Fatal(err)
+		}
+		if dr.Header.Close {
+			continue
+		}
+		tab := tables[dr.Header.Epoch]
+		for i, ls := range dr.Anchors {
+			if id := int(dr.Header.FirstLocal) + i; id != len(tab) {
+				t.Fatalf("anchor %d has local id %d, want %d", i, id, len(tab))
+			}
+			tab = append(tab, ls)
+		}
+		tables[dr.Header.Epoch] = tab
+		var b Batch
+		for _, s := range dr.Series {
+			if int(s.Local) >= len(tab) {
+				t.Fatalf("local id %d not anchored", s.Local)
+			}
+			b.Series = append(b.Series, Series{Labels: tab[s.Local], Samples: append([]Sample(nil), s.Samples...), Histograms: s.Histograms, Exemplars: s.Exemplars})
+		}
+		b.Metadata = append([]Metadata(nil), dr.Metadata...)
+		got = append(got, b)
+	}
+	if len(got) != len(batches) {
+		t.Fatalf("%d data rows, want %d", len(got), len(batches))
+	}
+	for i := range got {
+		if diff := diffBatch(got[i], batches[i]); diff != "" {
+			t.Fatalf("row %d: %s", i, diff)
+		}
+	}
+}
+
+// An anchored segment reads back exactly like one made from self-contained
+// rows of the same batches, and like the independent expectation.
+func TestEncodeAnchoredMatchesSelfContained(t *testing.T) {
+	r := rand.New(rand.NewPCG(13, 14))
+	batches := randBatches(r, 80)
+	a := newAnchorer(0)
+	rows := a.rowsOf(t, batches)
+	rows = append(rows, a.close())
+	var enc Encoder
+	seg, err := enc.Encode("s", rows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if seg == nil || seg.Rows != int64(len(rows)) || seg.LastTS != rows[len(rows)-1].TS {
+		t.Fatalf("segment %+v, want all %d rows", seg, len(rows))
+	}
+	all := AllTime()
+	got, err := ReadSegment(seg.Bytes, all)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := diffSeries(got, expected(batches, all)); d != "" {
+		t.Fatal(d)
+	}
+	live, err := ReadRows(rows, all)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := diffSeries(live, expected(batches, all)); d != "" {
+		t.Fatalf("ReadRows: %s", d)
+	}
+	if n := enc.Unresolved(); n != 0 {
+		t.Fatalf("Unresolved = %d", n)
+	}
+}
+
+func TestClosedPrefix(t *testing.T) {
+	v1 := func() []byte { b, _ := EncodeBatch(&Batch{}); return b }
+	data := func(epoch uint64) []byte {
+		var e RowEncoder
+		b, err := e.Append(nil, &AnchoredRow{Epoch: epoch})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	closeOf := func(epoch uint64) []byte { return AppendEpochClose(nil, epoch) }
+	cases := []struct {
+		name string
+		rows [][]byte
+		want int
+	}{
+		{"empty", nil, 0},
+		{"format 1 rows are closed", [][]byte{v1(), v1()}, 2},
+		{"one open epoch", [][]byte{data(1), data(1)}, 0},
+		{"closed by its marker", [][]byte{data(1), data(1), closeOf(1)}, 3},
+		{"closed by the next epoch", [][]byte{data(1), data(1), data(2)}, 2},
+		{"next epoch closed too", [][]byte{data(1), data(2), closeOf(2)}, 3},
+		{"format 1 then open epoch", [][]byte{v1(), data(1)}, 1},
+		{"format 1 after an epoch closes it", [][]byte{data(1), v1()}, 2},
+		{"marker of a fresh epoch closes an open one", [][]byte{data(1), closeOf(9)}, 2},
+		{"open epoch after closed ones", [][]byte{data(1), closeOf(1), data(2), data(2)}, 2},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var rows []archive.Row
+			for i, d := range tc.rows {
+				rows = append(rows, archive.Row{TS: int64(i), Data: d})
+			}
+			got, err := closedPrefix(rows)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tc.want {
+				t.Fatalf("closedPrefix = %d, want %d", got, tc.want)
+			}
+		})
+	}
+}
+
+// A seal takes closed epochs only: the open epoch's rows stay for the next
+// seal, which then finds them closed, and the two segments hold everything.
+func TestEncodeLeavesTheOpenEpochLive(t *testing.T) {
+	r := rand.New(rand.NewPCG(15, 16))
+	batches := randBatches(r, 40)
+	a := newAnchorer(0)
+	first := a.rowsOf(t, batches[:20])
+	first = append(first, a.close())
+	open := a.rowsOf(t, batches[20:30]) // the epoch being written when the seal reads
+	var enc Encoder
+	seg1, err := enc.Encode("s", append(append([]archive.Row(nil), first...), open...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if seg1.LastTS != first[len(first)-1].TS || seg1.Rows != int64(len(first)) {
+		t.Fatalf("first seal took %d rows up to %d, want %d up to %d", seg1.Rows, seg1.LastTS, len(first), first[len(first)-1].TS)
+	}
+	rest := append(open, a.rowsOf(t, batches[30:])...)
+	rest = append(rest, a.close())
+	seg2, err := enc.Encode("s", rest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if seg2.Rows != int64(len(rest)) {
+		t.Fatalf("second seal took %d rows, want %d", seg2.Rows, len(rest))
+	}
+	all := AllTime()
+	var got []Series
+	for _, s := range []*archive.Segment{seg1, seg2} {
+		ss, err := ReadSegment(s.Bytes, all)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, ss...)
+	}
+	c := newCollector()
+	for _, s := range got {
+		c.addSeries(s)
+	}
+	merged, _ := c.finish()
+	var out []Series
+	for _, s := range merged {
+		out = append(out, Series{Labels: s.lbls, Samples: s.samples, Histograms: s.hists, Exemplars: s.exemplars})
+	}
+	if d := diffSeries(out, expected(batches, all)); d != "" {
+		t.Fatal(d)
+	}
+}
+
+// Rows cut mid-epoch (a retention that evicted live rows) lose only the
+// samples whose anchor is gone, counted, and never fail the seal.
+func TestEncodeCountsUnresolvedReferences(t *testing.T) {
+	mk := func(id string, v float64) Series {
+		return Series{Labels: labels.FromStrings("__name__", "m", "id", id), Samples: []Sample{{T: int64(v), V: v}}}
+	}
+	a := newAnchorer(0)
+	rows := a.rowsOf(t, []Batch{
+		{Series: []Series{mk("a", 1), mk("b", 2)}},
+		{Series: []Series{mk("a", 3), mk("b", 4), mk("c", 5)}},
+	})
+	rows = append(rows, a.close())
+	var enc Encoder
+	seg, err := enc.Encode("s", rows[1:]) // the anchoring row is gone
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := enc.Unresolved(); got != 2 {
+		t.Fatalf("Unresolved = %d, want 2 (a and b in the second row)", got)
+	}
+	got, err := ReadSegment(seg.Bytes, AllTime())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].Labels.Get("id") != "c" || len(got[0].Samples) != 1 {
+		t.Fatalf("got %v, want only series c", got)
+	}
+}
+
+func TestDecodeRowErrors(t *testing.T) {
+	var e RowEncoder
+	good, err := e.Append(nil, &AnchoredRow{Epoch: 3, FirstLocal: 2, Anchors: []labels.Labels{labels.FromStrings("a", "b")},
+		Series: []RowSeries{{Local: 2, Samples: []Sample{{T: 1, V: math.Pi}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name string
+		row  []byte
+		want error
+	}{
+		{"empty", nil, ErrCorruptRow},
+		{"format 3", []byte{3, 0}, ErrUnsupportedVersion},
+		{"truncated header", []byte{rowFormatV2}, ErrCorruptRow},
+		{"unknown kind", []byte{rowFormatV2, 7, 1}, ErrCorruptRow},
+		{"marker with a body", append(AppendEpochClose(nil, 1), 0), ErrCorruptRow},
+		{"first local id too large", []byte{rowFormatV2, 0, 1, 0x80, 0x80, 0x80, 0x08}, ErrCorruptRow},
+		{"truncated body", good[:len(good)-1], ErrCorruptRow},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var d RowDecoder
+			var dr DecodedRow
+			if err := d.Decode(tc.row, &dr); !errors.Is(err, tc.want) {
+				t.Fatalf("err = %v, want %v", err, tc.want)
+			}
+		})
+	}
+	if _, err := e.Append(nil, &AnchoredRow{Series: []RowSeries{{Local: MaxEpochSeries}}}); !errors.Is(err, ErrInvalidBatch) {
+		t.Fatalf("local id at the bound: err = %v", err)
+	}
+}
+
+func FuzzDecodeRow(f *testing.F) {
+	r := rand.New(rand.NewPCG(17, 18))
+	a := newAnchorer(3)
+	for _, row := range a.rowsOf(f, randBatches(r, 12)) {
+		f.Add(row.Data)
+	}
+	for _, b := range randBatches(r, 4) {
+		row, err := EncodeBatch(&b)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(row)
+	}
+	f.Fuzz(func(t *testing.T, row []byte) {
+		var d RowDecoder
+		var dr DecodedRow
+		if err := d.Decode(row, &dr); err != nil {
+			return
+		}
+		if dr.Header.Format != 2 || dr.Header.Close {
+			return
+		}
+		// Whatever decodes re-encodes to a row that decodes the same.
+		ar := AnchoredRow{Epoch: dr.Header.Epoch, FirstLocal: dr.Header.FirstLocal, Anchors: dr.Anchors, Series: dr.Series, Metadata: dr.Metadata}
+		var e RowEncoder
+		row2, err := e.Append(nil, &ar)
+		if err != nil {
+			t.Fatalf("re-encode: %v", err)
+		}
+		var d2 RowDecoder
+		var dr2 DecodedRow
+		if err := d2.Decode(row2, &dr2); err != nil {
+			t.Fatalf("decode of re-encoded: %v", err)
+		}
+		if len(dr2.Series) != len(dr.Series) || len(dr2.Anchors) != len(dr.Anchors) {
+			t.Fatalf("re-encoded row has %d series and %d anchors, want %d and %d", len(dr2.Series), len(dr2.Anchors), len(dr.Series), len(dr.Anchors))
+		}
+		for i := range dr.Series {
+			if dr.Series[i].Local != dr2.Series[i].Local {
+				t.Fatalf("series %d: local id %d, want %d", i, dr2.Series[i].Local, dr.Series[i].Local)
+			}
+			if d := diffSamples(dr2.Series[i].Samples, dr.Series[i].Samples); d != "" {
+				t.Fatalf("series %d: %s", i, d)
+			}
+		}
+		// And the encoder takes it without panicking.
+		var enc Encoder
+		_, _ = enc.Encode("s", []archive.Row{{TS: 1, Data: row}, {TS: 2, Data: AppendEpochClose(nil, dr.Header.Epoch)}})
+	})
+}
