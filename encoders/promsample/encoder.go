@@ -3,6 +3,7 @@ package promsample
 import (
 	"bytes"
 	"encoding/base64"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"github.com/cespare/xxhash/v2"
@@ -67,6 +68,12 @@ const (
 // groups make it cheaper, and each group costs ~100 bytes of footer per
 // column plus a page per column.
 const DefaultRowGroupRows = 32 << 10
+
+// PageRows is how many rows a value column's page holds at most before
+// the next series boundary starts a new one. A read of one series decodes
+// about a page per column at each of its ends: smaller pages waste less of
+// it, and each costs a page header and an offset index entry (~40 bytes).
+const PageRows = 4096
 
 // DefaultMaxMergeBytes bounds the input bytes of one Merge.
 const DefaultMaxMergeBytes = 16 << 20
@@ -426,7 +433,10 @@ func (e *Encoder) write(series []*seriesData, meta []Metadata, sizeHint int) (da
 		plans = append(plans, cur)
 		idx.RowGroups = append(idx.RowGroups, g)
 	}
-	index, err = idx.AppendBinary(nil)
+	// The footer carries the summary (format 1): it is parsed on every
+	// open. The catalog's index (format 2) adds the series table and the
+	// page index's checksum, once the file is written.
+	summary, err := idx.AppendBinary(nil)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -443,7 +453,7 @@ func (e *Encoder) write(series []*seriesData, meta []Metadata, sizeHint int) (da
 		add(KeyMinTime, strconv.FormatInt(idx.MinT, 10))
 		add(KeyMaxTime, strconv.FormatInt(idx.MaxT, 10))
 	}
-	add(KeySegmentIndex, base64.StdEncoding.EncodeToString(index))
+	add(KeySegmentIndex, base64.StdEncoding.EncodeToString(summary))
 	var extras Batch
 	extras.Metadata = meta
 	for _, s := range series {
@@ -488,13 +498,23 @@ func (e *Encoder) write(series []*seriesData, meta []Metadata, sizeHint int) (da
 	// The data region (magic and every page) is checksummed in the footer:
 	// the reader verifies it before any page is decoded, because the
 	// Parquet decoder can loop forever on some corrupt pages.
+	dataEnd := buf.Len()
 	if err := w.AppendKeyValueMetadata(KeyDataChecksum, strconv.FormatUint(xxhash.Sum64(buf.Bytes()), 16)); err != nil {
 		return nil, nil, err
 	}
 	if err := w.Close(); err != nil {
 		return nil, nil, err
 	}
-	return buf.Bytes(), index, nil
+	// Close wrote the page index between the data region and the footer;
+	// the footer's checksum cannot cover it, the catalog's index does.
+	out := buf.Bytes()
+	footerStart := len(out) - 8 - int(binary.LittleEndian.Uint32(out[len(out)-8:]))
+	idx.Table = newSeriesTable(series)
+	idx.PageIndexSum = xxhash.Sum64(out[dataEnd:footerStart])
+	if index, err = idx.AppendBinary(nil); err != nil {
+		return nil, nil, err
+	}
+	return out, index, nil
 }
 
 // labelDictionary decides whether a label column (or __name__) with rows
@@ -616,6 +636,15 @@ func segmentSchema(labelNames []string, dict map[string]bool, mem memory.Allocat
 		parquet.WithStatsFor(ColHist, false),
 		parquet.WithStatsFor(ColHistCount, false),
 		parquet.WithStatsFor(ColHistSum, false),
+		// The offset index of the columns a read of a few series decodes:
+		// with it a reader seeks to the pages holding their rows (pages
+		// are cut at series boundaries, see planBreaks).
+		parquet.WithPageIndexEnabled(false),
+		parquet.WithPageIndexEnabledFor(ColTimestamp, true),
+		parquet.WithPageIndexEnabledFor(ColValue, true),
+		parquet.WithPageIndexEnabledFor(ColInt, true),
+		parquet.WithPageIndexEnabledFor(ColDiv, true),
+		parquet.WithPageIndexEnabledFor(ColHist, true),
 	)
 	if err := errors.Join(errs...); err != nil {
 		return nil, nil, err
@@ -649,6 +678,8 @@ type columnWriter struct {
 	intEnds    []int // per series: end of its values in ints
 	tsBreaks   []int // rows before which the timestamp column starts a page
 	intBreaks  []int // likewise for the integer column
+	readBreaks []int // rows before which every value column starts a page
+	merged     []int // scratch: readBreaks merged with tsBreaks or intBreaks
 	dictIDs    map[string]int32
 	dict       []string
 	dictIdx    []int32
@@ -709,7 +740,20 @@ func worthBreak(prevLast int64, cur *deltaStats) bool {
 }
 
 func (cw *columnWriter) planBreaks(series []*seriesData) {
-	cw.tsBreaks, cw.intBreaks = cw.tsBreaks[:0], cw.intBreaks[:0]
+	cw.tsBreaks, cw.intBreaks, cw.readBreaks = cw.tsBreaks[:0], cw.intBreaks[:0], cw.readBreaks[:0]
+	// Read breaks: every value column starts a page at the first series
+	// boundary at least PageRows rows after the last, so a read of a few
+	// series decodes pages of about PageRows rows (the page index says
+	// where each starts), not a whole row group.
+	last := 0
+	at := 0
+	for _, s := range series {
+		if at-last >= PageRows {
+			cw.readBreaks = append(cw.readBreaks, at)
+			last = at
+		}
+		at += s.numRows()
+	}
 	row := 0
 	var prevTS, prevInt int64
 	haveTS, haveInt := false, false
@@ -741,12 +785,45 @@ func (cw *columnWriter) planBreaks(series []*seriesData) {
 	}
 }
 
-// writeInt64Paged writes a column, starting a new page at every row in
+// mergeBreaks returns the union of readBreaks and b, ascending, in scratch.
+func (cw *columnWriter) mergeBreaks(b []int) []int {
+	out := cw.merged[:0]
+	i, j := 0, 0
+	for i < len(cw.readBreaks) || j < len(b) {
+		switch {
+		case j >= len(b) || (i < len(cw.readBreaks) && cw.readBreaks[i] < b[j]):
+			out = append(out, cw.readBreaks[i])
+			i++
+		case i >= len(cw.readBreaks) || b[j] < cw.readBreaks[i]:
+			out = append(out, b[j])
+			j++
+		default:
+			out = append(out, b[j])
+			i, j = i+1, j+1
+		}
+	}
+	cw.merged = out
+	return out
+}
+
+// pagedWriter is what writePaged needs of arrow-go's typed column chunk
+// writers.
+type pagedWriter[V any] interface {
+	WriteBatch(values []V, defLevels, repLevels []int16) (int64, error)
+	FlushCurrentPage() error
+	Close() error
+}
+
+// writePaged writes the next column, starting a new page at every row in
 // breaks (ascending, within (0, rows)). def is nil for a required column.
-func writeInt64Paged(rg file.SerialRowGroupWriter, vals []int64, def []int16, breaks []int) error {
-	c, err := nextColumn[*file.Int64ColumnChunkWriter](rg)
+func writePaged[V any](rg file.SerialRowGroupWriter, vals []V, def []int16, breaks []int) error {
+	cc, err := rg.NextColumn()
 	if err != nil {
 		return err
+	}
+	c, ok := cc.(pagedWriter[V])
+	if !ok {
+		return fmt.Errorf("promsample: column writer %T does not write %T", cc, *new(V))
 	}
 	rows := len(vals)
 	if def != nil {
@@ -874,11 +951,11 @@ func (cw *columnWriter) writeRowGroup(w *file.Writer, series []*seriesData) erro
 	}
 	cw.planBreaks(series)
 	for _, write := range [...]func() error{
-		func() error { return writeInt64Paged(rg, cw.ts, nil, cw.tsBreaks) },
-		func() error { return writeFloat64(rg, cw.vals, cw.fdef) },
-		func() error { return writeInt64Paged(rg, cw.ints, cw.idef, cw.intBreaks) },
-		func() error { return writeFloat64(rg, cw.divs, cw.ddef) },
-		func() error { return writeByteArray(rg, cw.hist, cw.hdef) },
+		func() error { return writePaged[int64](rg, cw.ts, nil, cw.mergeBreaks(cw.tsBreaks)) },
+		func() error { return writePaged[float64](rg, cw.vals, cw.fdef, cw.readBreaks) },
+		func() error { return writePaged[int64](rg, cw.ints, cw.idef, cw.mergeBreaks(cw.intBreaks)) },
+		func() error { return writePaged[float64](rg, cw.divs, cw.ddef, cw.readBreaks) },
+		func() error { return writePaged[parquet.ByteArray](rg, cw.hist, cw.hdef, cw.readBreaks) },
 		func() error { return writeFloat64(rg, cw.hcount, cw.hdef) },
 		func() error { return writeFloat64(rg, cw.hsum, cw.hdef) },
 	} {

@@ -24,6 +24,15 @@ type Index struct {
 	// run of them.
 	Metrics   []string
 	RowGroups []RowGroupInfo
+	// Table lists the segment's series (format-2 indexes, the catalog's;
+	// nil in a format-1 index, which segments written before it and every
+	// segment footer carry).
+	Table *SeriesTable
+	// PageIndexSum is the xxhash64 of the segment's page index (the bytes
+	// between its last column chunk and its footer), which the footer's
+	// data checksum does not cover (format 2 only). A reader that seeks
+	// with the page index checks it first.
+	PageIndexSum uint64
 }
 
 // RowGroupInfo describes one Parquet row group.
@@ -45,11 +54,19 @@ func (x *Index) MetricsOf(i int) []string {
 	return x.Metrics[g.FirstMetric : g.LastMetric+1]
 }
 
-const indexFormatV1 = 1
+const (
+	indexFormatV1 = 1
+	indexFormatV2 = 2 // format 1 and the series table
+)
 
-// AppendBinary appends the index's encoding to b.
+// AppendBinary appends the index's encoding to b: format 2 when it has a
+// series table, else format 1.
 func (x *Index) AppendBinary(b []byte) ([]byte, error) {
-	b = append(b, indexFormatV1)
+	if x.Table != nil {
+		b = append(b, indexFormatV2)
+	} else {
+		b = append(b, indexFormatV1)
+	}
 	b = binary.AppendVarint(b, x.MinT)
 	b = binary.AppendVarint(b, x.MaxT)
 	b = binary.AppendUvarint(b, uint64(x.Samples))
@@ -70,7 +87,19 @@ func (x *Index) AppendBinary(b []byte) ([]byte, error) {
 		b = binary.AppendUvarint(b, uint64(g.FirstMetric))
 		b = binary.AppendUvarint(b, uint64(g.LastMetric-g.FirstMetric))
 	}
+	if x.Table != nil {
+		b = binary.LittleEndian.AppendUint64(b, x.PageIndexSum)
+		b = x.Table.appendBinary(b)
+	}
 	return b, nil
+}
+
+// Summary returns the index without its series table: what a segment's
+// footer carries (format 1), small enough to parse on every open.
+func (x *Index) Summary() Index {
+	y := *x
+	y.Table = nil
+	return y
 }
 
 // ParseIndex decodes an index written by the Encoder (Segment.Index, or
@@ -80,7 +109,7 @@ func ParseIndex(b []byte) (Index, error) {
 	if len(b) == 0 {
 		return Index{}, corruptSegment("empty index", nil)
 	}
-	if b[0] != indexFormatV1 {
+	if b[0] != indexFormatV1 && b[0] != indexFormatV2 {
 		return Index{}, fmt.Errorf("%w: index format %d", ErrUnsupportedVersion, b[0])
 	}
 	r := reader{b: b[1:]}
@@ -111,6 +140,10 @@ func ParseIndex(b []byte) (Index, error) {
 			}
 			g.FirstMetric, g.LastMetric = int(first), int(first+span)
 		}
+	}
+	if b[0] == indexFormatV2 && r.err == nil {
+		x.PageIndexSum = r.u64()
+		x.Table = parseSeriesTable(&r)
 	}
 	if r.err == nil && r.left() != 0 {
 		r.fail("trailing bytes")

@@ -163,12 +163,11 @@ func openSegment(seg []byte) (*segmentFile, error) {
 	if v := kv[KeyEncoder]; v != EncoderVersion {
 		return nil, fmt.Errorf("%w: segment encoder %q, reading %q", ErrUnsupportedVersion, v, EncoderVersion)
 	}
-	if sum := strconv.FormatUint(xxhash.Sum64(seg[:dataEnd]), 16); kv[KeyDataChecksum] != sum {
-		return nil, corruptSegment(fmt.Sprintf("data checksum %s, footer says %q", sum, kv[KeyDataChecksum]), nil)
-	}
 	// Column chunks must tile the data region exactly, in order, as the
-	// writer laid them out: then every page decoded is one the checksum
-	// covers, read from where it was written.
+	// writer laid them out, and the checksum must cover them: then every
+	// page decoded is one the checksum covers, read from where it was
+	// written. Between the last chunk and the footer lies the page index
+	// (segments since index format 2), which the catalog's index checks.
 	next := int64(4)
 	for i := 0; i < md.NumRowGroups(); i++ {
 		rg := md.RowGroup(i)
@@ -195,8 +194,11 @@ func openSegment(seg []byte) (*segmentFile, error) {
 			next += size
 		}
 	}
-	if next != dataEnd {
+	if next > dataEnd {
 		return nil, corruptSegment("column chunks do not tile the data region", nil)
+	}
+	if sum := strconv.FormatUint(xxhash.Sum64(seg[:next]), 16); kv[KeyDataChecksum] != sum {
+		return nil, corruptSegment(fmt.Sprintf("data checksum %s, footer says %q", sum, kv[KeyDataChecksum]), nil)
 	}
 	raw, err := base64.StdEncoding.DecodeString(kv[KeySegmentIndex])
 	if err != nil {

@@ -2,6 +2,7 @@ package promsample
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/file"
+	"github.com/cespare/xxhash/v2"
 	pq "github.com/parquet-go/parquet-go"
 	"github.com/prometheus/prometheus/model/labels"
 
@@ -197,11 +199,13 @@ func checkIndex(t *testing.T, seg *archive.Segment, want []Series) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b1, _ := idx.AppendBinary(nil)
+	sum := idx.Summary()
+	b1, _ := sum.AppendBinary(nil)
 	b2, _ := footer.AppendBinary(nil)
 	if !bytes.Equal(b1, b2) {
-		t.Fatal("Segment.Index differs from the footer's index")
+		t.Fatal("Segment.Index's summary differs from the footer's index")
 	}
+	checkSeriesTable(t, seg, &idx, want)
 	var n, h, e int64
 	mint, maxt := int64(math.MaxInt64), int64(math.MinInt64)
 	var metrics []string
@@ -229,6 +233,66 @@ func checkIndex(t *testing.T, seg *archive.Segment, want []Series) {
 		if !slices.Contains(idx.Metrics, m) {
 			t.Fatalf("index metrics %q lack %q", idx.Metrics, m)
 		}
+	}
+}
+
+// checkSeriesTable checks the catalog index's series table against the
+// series the segment must hold (those with samples or histograms, in
+// order; exemplar-only series have no rows) and the page index checksum.
+func checkSeriesTable(t *testing.T, seg *archive.Segment, idx *Index, want []Series) {
+	t.Helper()
+	tab := idx.Table
+	if tab == nil {
+		t.Fatal("the catalog index has no series table")
+	}
+	var sb labels.ScratchBuilder
+	k := 0
+	for _, s := range want {
+		rows := len(s.Samples) + len(s.Histograms)
+		for k < tab.Len() && tab.Rows[k] == 0 { // exemplars only
+			k++
+		}
+		if rows == 0 {
+			continue
+		}
+		if k >= tab.Len() {
+			t.Fatalf("series table ends before %v", s.Labels)
+		}
+		if got := tab.Labels(k, &sb); !labels.Equal(got, s.Labels) {
+			t.Fatalf("series table entry %d is %v, want %v", k, got, s.Labels)
+		}
+		if int(tab.Rows[k]) != rows || tab.Hashes[k] != SeriesHash(s.Labels) {
+			t.Fatalf("series table entry %d: %d rows hash %x, want %d rows hash %x", k, tab.Rows[k], tab.Hashes[k], rows, SeriesHash(s.Labels))
+		}
+		k++
+	}
+	for ; k < tab.Len(); k++ {
+		if tab.Rows[k] != 0 {
+			t.Fatalf("series table has an extra series %v", tab.Labels(k, &sb))
+		}
+	}
+	starts := tab.RowStarts()
+	var total int64
+	for _, g := range idx.RowGroups {
+		total += g.Rows
+	}
+	if starts[len(starts)-1] != total {
+		t.Fatalf("series table holds %d rows, row groups %d", starts[len(starts)-1], total)
+	}
+	footerStart := len(seg.Bytes) - 8 - int(binary.LittleEndian.Uint32(seg.Bytes[len(seg.Bytes)-8:]))
+	f, err := file.NewParquetReader(bytes.NewReader(seg.Bytes))
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := f.MetaData()
+	last := md.RowGroup(md.NumRowGroups() - 1)
+	cc, _ := last.ColumnChunk(last.NumColumns() - 1)
+	chunksEnd := cc.DataPageOffset() + cc.TotalCompressedSize()
+	if cc.HasDictionaryPage() && cc.DictionaryPageOffset() < cc.DataPageOffset() {
+		chunksEnd = cc.DictionaryPageOffset() + cc.TotalCompressedSize()
+	}
+	if got := xxhash.Sum64(seg.Bytes[chunksEnd:footerStart]); got != idx.PageIndexSum {
+		t.Fatalf("page index checksum %x, index says %x", got, idx.PageIndexSum)
 	}
 }
 

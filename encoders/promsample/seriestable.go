@@ -1,0 +1,182 @@
+package promsample
+
+import (
+	"encoding/binary"
+	"fmt"
+	"slices"
+
+	"github.com/cespare/xxhash/v2"
+	"github.com/prometheus/prometheus/model/labels"
+)
+
+// SeriesTable is a segment's series, in row order (metric name, then
+// labels): each one's labels, Parquet row count and SeriesHash. It is what
+// a reader needs to find a series' rows without decoding any label column,
+// and what an archive's series index is rebuilt from at open without
+// reading any sample.
+//
+// Encoding (after the format-1 fields of a format-2 index):
+//
+//	uvarint nSymbols, then each: uvarint len, bytes (sorted, distinct)
+//	uvarint nSeries, then per series:
+//	  uvarint shared  leading label pairs equal to the previous series'
+//	  uvarint n       then n x (uvarint nameSym, uvarint valueSym)
+//	  uvarint rows    Parquet rows (0: a series with exemplars only)
+//	  8 bytes         SeriesHash, little-endian
+//
+// Consecutive series of one metric share most of their leading labels, so
+// a series costs ~8 bytes of hash and a few bytes of symbol references.
+type SeriesTable struct {
+	Symbols []string
+	pairs   []uint32 // every series' (name, value) symbol ids, concatenated
+	off     []uint32 // series i's pairs are pairs[off[i]:off[i+1]]
+	Rows    []uint32 // Parquet rows of series i
+	Hashes  []uint64 // SeriesHash of series i
+}
+
+// Len is the number of series.
+func (t *SeriesTable) Len() int { return len(t.Rows) }
+
+// Pairs returns series i's labels as (name, value) symbol ids into
+// Symbols, in label order. The slice is shared: read only.
+func (t *SeriesTable) Pairs(i int) []uint32 { return t.pairs[t.off[i]:t.off[i+1]] }
+
+// Labels returns series i's labels, built with b.
+func (t *SeriesTable) Labels(i int, b *labels.ScratchBuilder) labels.Labels {
+	b.Reset()
+	p := t.Pairs(i)
+	for j := 0; j+1 < len(p); j += 2 {
+		b.Add(t.Symbols[p[j]], t.Symbols[p[j+1]])
+	}
+	return b.Labels()
+}
+
+// RowStarts returns, per series, the index of its first Parquet row in the
+// segment, and the total as a last element.
+func (t *SeriesTable) RowStarts() []int64 {
+	out := make([]int64, len(t.Rows)+1)
+	for i, n := range t.Rows {
+		out[i+1] = out[i] + int64(n)
+	}
+	return out
+}
+
+// SeriesHash is the hash series are keyed by in segment indexes and in the
+// series index: xxhash64 of each label's name, 0xff, value and 0xff, in
+// label order (0xff never occurs in UTF-8). It is part of the index format
+// and must never change.
+func SeriesHash(ls labels.Labels) uint64 {
+	var d xxhash.Digest
+	d.Reset()
+	ls.Range(func(l labels.Label) {
+		d.WriteString(l.Name)
+		d.Write(sep)
+		d.WriteString(l.Value)
+		d.Write(sep)
+	})
+	return d.Sum64()
+}
+
+var sep = []byte{0xff}
+
+// newSeriesTable builds the table of series (canonical order; a series cut
+// into consecutive pieces by splitLongSeries is one entry).
+func newSeriesTable(series []*seriesData) *SeriesTable {
+	t := &SeriesTable{}
+	syms := map[string]uint32{}
+	for _, s := range series {
+		s.lbls.Range(func(l labels.Label) {
+			syms[l.Name] = 0
+			syms[l.Value] = 0
+		})
+	}
+	t.Symbols = make([]string, 0, len(syms))
+	for s := range syms {
+		t.Symbols = append(t.Symbols, s)
+	}
+	slices.Sort(t.Symbols)
+	for i, s := range t.Symbols {
+		syms[s] = uint32(i)
+	}
+	t.off = append(t.off, 0)
+	for i, s := range series {
+		if i > 0 && labels.Equal(series[i-1].lbls, s.lbls) {
+			t.Rows[len(t.Rows)-1] += uint32(s.numRows())
+			continue
+		}
+		s.lbls.Range(func(l labels.Label) {
+			t.pairs = append(t.pairs, syms[l.Name], syms[l.Value])
+		})
+		t.off = append(t.off, uint32(len(t.pairs)))
+		t.Rows = append(t.Rows, uint32(s.numRows()))
+		t.Hashes = append(t.Hashes, SeriesHash(s.lbls))
+	}
+	return t
+}
+
+func (t *SeriesTable) appendBinary(b []byte) []byte {
+	b = binary.AppendUvarint(b, uint64(len(t.Symbols)))
+	for _, s := range t.Symbols {
+		b = binary.AppendUvarint(b, uint64(len(s)))
+		b = append(b, s...)
+	}
+	b = binary.AppendUvarint(b, uint64(len(t.Rows)))
+	var prev []uint32
+	for i := range t.Rows {
+		p := t.Pairs(i)
+		shared := 0
+		for shared+1 < len(p) && shared+1 < len(prev) && p[shared] == prev[shared] && p[shared+1] == prev[shared+1] {
+			shared += 2
+		}
+		b = binary.AppendUvarint(b, uint64(shared/2))
+		b = binary.AppendUvarint(b, uint64((len(p)-shared)/2))
+		for _, id := range p[shared:] {
+			b = binary.AppendUvarint(b, uint64(id))
+		}
+		b = binary.AppendUvarint(b, uint64(t.Rows[i]))
+		b = binary.LittleEndian.AppendUint64(b, t.Hashes[i])
+		prev = p
+	}
+	return b
+}
+
+// parseSeriesTable reads a series table; failures go to r.err.
+func parseSeriesTable(r *reader) *SeriesTable {
+	t := &SeriesTable{}
+	n := r.count(1)
+	t.Symbols = make([]string, 0, n)
+	for i := 0; i < n && r.err == nil; i++ {
+		t.Symbols = append(t.Symbols, string(r.bytes(r.count(1))))
+	}
+	ns := r.count(11) // a series takes at least 3 varints and a hash
+	t.Rows = make([]uint32, 0, ns)
+	t.Hashes = make([]uint64, 0, ns)
+	t.off = make([]uint32, 1, ns+1)
+	var prev []uint32
+	for i := 0; i < ns && r.err == nil; i++ {
+		shared := r.uvarint()
+		if r.err == nil && shared > uint64(len(prev)/2) {
+			r.fail(fmt.Sprintf("series %d shares %d labels with one of %d", i, shared, len(prev)/2))
+			break
+		}
+		start := len(t.pairs)
+		t.pairs = append(t.pairs, prev[:2*shared]...)
+		k := r.count(2)
+		for j := 0; j < 2*k && r.err == nil; j++ {
+			id := r.uvarint()
+			if r.err == nil && id >= uint64(len(t.Symbols)) {
+				r.fail("symbol reference out of range")
+			}
+			t.pairs = append(t.pairs, uint32(id))
+		}
+		rows := r.uvarint()
+		if r.err == nil && rows > MaxRowGroupRows*1024 {
+			r.fail(fmt.Sprintf("series %d claims %d rows", i, rows))
+		}
+		t.Rows = append(t.Rows, uint32(rows))
+		t.Hashes = append(t.Hashes, r.u64())
+		t.off = append(t.off, uint32(len(t.pairs)))
+		prev = t.pairs[start:]
+	}
+	return t
+}
