@@ -511,10 +511,63 @@ func (e *Encoder) write(series []*seriesData, meta []Metadata, sizeHint int) (da
 	footerStart := len(out) - 8 - int(binary.LittleEndian.Uint32(out[len(out)-8:]))
 	idx.Table = newSeriesTable(series)
 	idx.PageIndexSum = xxhash.Sum64(out[dataEnd:footerStart])
+	if idx.PageSums, err = pageSums(out); err != nil {
+		return nil, nil, err
+	}
 	if index, err = idx.AppendBinary(nil); err != nil {
 		return nil, nil, err
 	}
 	return out, index, nil
+}
+
+// pageSums reads back the offset index of a segment just written and
+// returns the checksum of every page of the PagedColumns.
+func pageSums(seg []byte) ([][]uint64, error) {
+	r, err := file.NewParquetReader(bytes.NewReader(seg))
+	if err != nil {
+		return nil, err
+	}
+	cols, err := pagedColumnIndexes(r.MetaData().Schema)
+	if err != nil {
+		return nil, err
+	}
+	pir := r.GetPageIndexReader()
+	var out [][]uint64
+	for g := 0; g < r.NumRowGroups(); g++ {
+		rgi, err := pir.RowGroup(g)
+		if err != nil {
+			return nil, err
+		}
+		for _, c := range cols {
+			oi, err := rgi.GetOffsetIndex(c)
+			if err != nil || oi == nil {
+				return nil, fmt.Errorf("promsample: no offset index for row group %d column %d: %v", g, c, err)
+			}
+			var sums []uint64
+			for _, loc := range oi.GetPageLocations() {
+				end := loc.Offset + int64(loc.CompressedPageSize)
+				if loc.Offset < 0 || end > int64(len(seg)) || end < loc.Offset {
+					return nil, fmt.Errorf("promsample: page location %d+%d out of range", loc.Offset, loc.CompressedPageSize)
+				}
+				sums = append(sums, xxhash.Sum64(seg[loc.Offset:end]))
+			}
+			out = append(out, sums)
+		}
+	}
+	return out, nil
+}
+
+// pagedColumnIndexes returns the schema indexes of PagedColumns, in order.
+func pagedColumnIndexes(sc *schema.Schema) ([]int, error) {
+	out := make([]int, 0, len(PagedColumns))
+	for _, name := range PagedColumns {
+		i := sc.ColumnIndexByName(name)
+		if i < 0 {
+			return nil, corruptSegment("missing column "+name, nil)
+		}
+		out = append(out, i)
+	}
+	return out, nil
 }
 
 // labelDictionary decides whether a label column (or __name__) with rows
@@ -577,6 +630,14 @@ func segmentSchema(labelNames []string, dict map[string]bool, mem memory.Allocat
 	str := schema.StringLogicalType{}
 	fields := schema.FieldList{node(schema.NewPrimitiveNodeLogical(ColMetric, parquet.Repetitions.Required, str, parquet.Types.ByteArray, -1, -1))}
 	opts := []parquet.WriterProperty{
+		// The page index of the columns a read of a few series decodes
+		// (PagedColumns): with it a reader seeks to the pages holding
+		// their rows (cut at series boundaries, see planBreaks). The
+		// writer writes a page index only when it is on by default, and a
+		// column's own properties copy the defaults when first set, so
+		// this comes first and the other columns turn it off.
+		parquet.WithPageIndexEnabled(true),
+		parquet.WithPageIndexEnabledFor(ColMetric, false),
 		parquet.WithAllocator(mem),
 		parquet.WithCompression(compress.Codecs.Lz4Raw),
 		parquet.WithDictionaryDefault(false),
@@ -601,7 +662,8 @@ func segmentSchema(labelNames []string, dict map[string]bool, mem memory.Allocat
 		fields = append(fields, node(schema.NewPrimitiveNodeLogical(col, parquet.Repetitions.Optional, str, parquet.Types.ByteArray, -1, -1)))
 		opts = append(opts,
 			parquet.WithDictionaryFor(col, dict[n]),
-			parquet.WithEncodingFor(col, parquet.Encodings.DeltaByteArray))
+			parquet.WithEncodingFor(col, parquet.Encodings.DeltaByteArray),
+			parquet.WithPageIndexEnabledFor(col, false))
 	}
 	fields = append(fields,
 		node(schema.NewPrimitiveNodeLogical(ColTimestamp, parquet.Repetitions.Required,
@@ -636,15 +698,8 @@ func segmentSchema(labelNames []string, dict map[string]bool, mem memory.Allocat
 		parquet.WithStatsFor(ColHist, false),
 		parquet.WithStatsFor(ColHistCount, false),
 		parquet.WithStatsFor(ColHistSum, false),
-		// The offset index of the columns a read of a few series decodes:
-		// with it a reader seeks to the pages holding their rows (pages
-		// are cut at series boundaries, see planBreaks).
-		parquet.WithPageIndexEnabled(false),
-		parquet.WithPageIndexEnabledFor(ColTimestamp, true),
-		parquet.WithPageIndexEnabledFor(ColValue, true),
-		parquet.WithPageIndexEnabledFor(ColInt, true),
-		parquet.WithPageIndexEnabledFor(ColDiv, true),
-		parquet.WithPageIndexEnabledFor(ColHist, true),
+		parquet.WithPageIndexEnabledFor(ColHistCount, false),
+		parquet.WithPageIndexEnabledFor(ColHistSum, false),
 	)
 	if err := errors.Join(errs...); err != nil {
 		return nil, nil, err

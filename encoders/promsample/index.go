@@ -33,7 +33,16 @@ type Index struct {
 	// data checksum does not cover (format 2 only). A reader that seeks
 	// with the page index checks it first.
 	PageIndexSum uint64
+	// PageSums are the xxhash64 of every page of the paged columns
+	// (PagedColumns), per row group and column, in the order of the
+	// offset index (format 2 only): a reader that decodes a few pages
+	// cannot check the footer's checksum of them all, and checks these.
+	PageSums [][]uint64 // [rowGroup*len(PagedColumns)+column][page]
 }
+
+// PagedColumns are the columns a read of a few series decodes: their
+// pages start at series boundaries and the segment has their offset index.
+var PagedColumns = [...]string{ColTimestamp, ColValue, ColInt, ColDiv, ColHist}
 
 // RowGroupInfo describes one Parquet row group.
 type RowGroupInfo struct {
@@ -89,6 +98,13 @@ func (x *Index) AppendBinary(b []byte) ([]byte, error) {
 	}
 	if x.Table != nil {
 		b = binary.LittleEndian.AppendUint64(b, x.PageIndexSum)
+		b = binary.AppendUvarint(b, uint64(len(x.PageSums)))
+		for _, sums := range x.PageSums {
+			b = binary.AppendUvarint(b, uint64(len(sums)))
+			for _, v := range sums {
+				b = binary.LittleEndian.AppendUint64(b, v)
+			}
+		}
 		b = x.Table.appendBinary(b)
 	}
 	return b, nil
@@ -98,7 +114,7 @@ func (x *Index) AppendBinary(b []byte) ([]byte, error) {
 // footer carries (format 1), small enough to parse on every open.
 func (x *Index) Summary() Index {
 	y := *x
-	y.Table = nil
+	y.Table, y.PageSums, y.PageIndexSum = nil, nil, 0
 	return y
 }
 
@@ -143,6 +159,19 @@ func ParseIndex(b []byte) (Index, error) {
 	}
 	if b[0] == indexFormatV2 && r.err == nil {
 		x.PageIndexSum = r.u64()
+		n := r.count(1)
+		if r.err == nil && n != len(x.RowGroups)*len(PagedColumns) {
+			r.fail(fmt.Sprintf("page checksums for %d column chunks, want %d", n, len(x.RowGroups)*len(PagedColumns)))
+		}
+		x.PageSums = make([][]uint64, 0, n)
+		for i := 0; i < n && r.err == nil; i++ {
+			k := r.count(8)
+			sums := make([]uint64, k)
+			for j := range sums {
+				sums[j] = r.u64()
+			}
+			x.PageSums = append(x.PageSums, sums)
+		}
 		x.Table = parseSeriesTable(&r)
 	}
 	if r.err == nil && r.left() != 0 {

@@ -1,0 +1,166 @@
+package promsample
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"math"
+	"math/rand/v2"
+	"sync/atomic"
+	"testing"
+
+	"github.com/prometheus/prometheus/model/labels"
+
+	"github.com/dendro-receiver/dendro-receiver/archive"
+)
+
+// countingReaderAt counts the bytes read through it.
+type countingReaderAt struct {
+	r io.ReaderAt
+	n atomic.Int64
+}
+
+func (c *countingReaderAt) ReadAt(p []byte, off int64) (int, error) {
+	n, err := c.r.ReadAt(p, off)
+	c.n.Add(int64(n))
+	return n, err
+}
+
+func encodeFor(t *testing.T, enc *Encoder, batches []Batch) (*archive.Segment, *Index) {
+	t.Helper()
+	rows, _, err := toRows(batches, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seg, err := enc.Encode("s", rows["samples/00"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, err := ParseIndex(seg.Index)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return seg, &x
+}
+
+// Every series read through a SegmentReader, over any range, is what
+// ReadSegment returns for it.
+func TestSegmentReaderMatchesReadSegment(t *testing.T) {
+	for seed := uint64(0); seed < 20; seed++ {
+		r := rand.New(rand.NewPCG(seed, 99))
+		enc := &Encoder{Opts: Options{RowGroupRows: 1 + r.IntN(64)}}
+		seg, x := encodeFor(t, enc, randBatches(r, 40))
+		sr, err := NewSegmentReader(bytes.NewReader(seg.Bytes), int64(len(seg.Bytes)), x)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mint, maxt := int64(math.MinInt64), int64(math.MaxInt64)
+		if seed%2 == 1 {
+			mint, maxt = int64(r.IntN(500000)), int64(500000+r.IntN(500000))
+		}
+		want, err := ReadSegment(seg.Bytes, Query{MinT: mint, MaxT: maxt})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var sb labels.ScratchBuilder
+		var got []Series
+		for i := 0; i < x.Table.Len(); i++ {
+			s := Series{Labels: x.Table.Labels(i, &sb)}
+			if err := sr.ReadSeries(i, mint, maxt, &s); err != nil {
+				t.Fatalf("seed %d series %d: %v", seed, i, err)
+			}
+			if len(s.Samples)+len(s.Histograms) > 0 {
+				got = append(got, s)
+			}
+		}
+		// ReadSegment adds exemplars from the footer: compare without them.
+		var wantNoEx []Series
+		for _, s := range want {
+			s.Exemplars = nil
+			if len(s.Samples)+len(s.Histograms) > 0 {
+				wantNoEx = append(wantNoEx, s)
+			}
+		}
+		if d := diffSeries(got, wantNoEx); d != "" {
+			t.Fatalf("seed %d: %s", seed, d)
+		}
+	}
+}
+
+// A read of one series of a large segment reads a few pages per column,
+// not the segment.
+func TestSegmentReaderReadsFewBytes(t *testing.T) {
+	cfg := defaultRW()
+	cfg.Series, cfg.Samples = 6000, 60
+	ds := cfg.build()
+	enc := &Encoder{}
+	seg, x := encodeFor(t, enc, ds.requests)
+	cr := &countingReaderAt{r: bytes.NewReader(seg.Bytes)}
+	sr, err := NewSegmentReader(cr, int64(len(seg.Bytes)), x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opened := cr.n.Load()
+	i := x.Table.Len() / 2
+	var s Series
+	if err := sr.ReadSeries(i, math.MinInt64, math.MaxInt64, &s); err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Samples) != cfg.Samples {
+		t.Fatalf("read %d samples, want %d", len(s.Samples), cfg.Samples)
+	}
+	read := cr.n.Load() - opened
+	t.Logf("segment %d bytes; open read %d, one series %d", len(seg.Bytes), opened, read)
+	if read > int64(len(seg.Bytes))/20 {
+		t.Fatalf("one series read %d of the segment's %d bytes", read, len(seg.Bytes))
+	}
+}
+
+// A damaged page or page index is refused before it is decoded.
+func TestSegmentReaderRefusesDamage(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	enc := &Encoder{}
+	seg, x := encodeFor(t, enc, randBatches(r, 60))
+	sr, err := NewSegmentReader(bytes.NewReader(seg.Bytes), int64(len(seg.Bytes)), x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Find a page of the timestamp column and damage it.
+	if err := sr.openRowGroup(0); err != nil {
+		t.Fatal(err)
+	}
+	pg := sr.vr.pages[0]
+	bad := bytes.Clone(seg.Bytes)
+	bad[(pg.off+pg.end)/2] ^= 0x40
+	sr2, err := NewSegmentReader(bytes.NewReader(bad), int64(len(bad)), x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var failed bool
+	for i := 0; i < x.Table.Len(); i++ {
+		var s Series
+		if err := sr2.ReadSeries(i, math.MinInt64, math.MaxInt64, &s); err != nil {
+			if !errors.Is(err, ErrCorruptSegment) {
+				t.Fatalf("err = %v, want ErrCorruptSegment", err)
+			}
+			failed = true
+			break
+		}
+	}
+	if !failed {
+		t.Fatal("a damaged page was read without error")
+	}
+	// The page index region.
+	md := sr.f.MetaData()
+	_ = md
+	bad = bytes.Clone(seg.Bytes)
+	bad[sr.vr.pinnedAt+int64(len(sr.vr.pinned))/2] ^= 1
+	if _, err := NewSegmentReader(bytes.NewReader(bad), int64(len(bad)), x); !errors.Is(err, ErrCorruptSegment) {
+		t.Fatalf("damaged page index: err = %v", err)
+	}
+	// A format-1 index cannot drive it.
+	sum := x.Summary()
+	if _, err := NewSegmentReader(bytes.NewReader(seg.Bytes), int64(len(seg.Bytes)), &sum); !errors.Is(err, ErrUnsupportedVersion) {
+		t.Fatalf("format-1 index: err = %v", err)
+	}
+}
