@@ -200,3 +200,39 @@ func TestAGroupCommitWaitsForAppendsOnTheirWay(t *testing.T) {
 		}
 	})
 }
+
+// An append queued with AppendQueued takes its place before every message
+// sent after it: a stamped append sent later commits with a higher ts.
+func TestAppendQueuedOrdersBeforeLaterMessages(t *testing.T) {
+	w, src := newSource(t, archive.WriterOptions{Encoder: at.Tags{}})
+	ctx := at.Ctx(t)
+	row := func(data string) []archive.SourceRows {
+		return []archive.SourceRows{{Source: src.ID(), Rows: []archive.Row{{Stream: "s", Data: []byte(data)}}}}
+	}
+	for i := range 20 {
+		q, err := w.AppendQueued(ctx, row(fmt.Sprint("queued ", i)), true)
+		must(t, err)
+		if _, err := w.AppendWait(ctx, row(fmt.Sprint("later ", i)), true); err != nil {
+			t.Fatal(err)
+		}
+		if res, err := q.Wait(ctx); err != nil || res.Dropped() != 0 {
+			t.Fatalf("queued append: %+v %v", res, err)
+		}
+	}
+	a := openRead(t, w.Path())
+	view(t, a, func(tx *archive.ReadTx) error {
+		rows, err := tx.LiveWAL(src.ID(), "s")
+		if err != nil {
+			return err
+		}
+		if len(rows) != 40 {
+			t.Fatalf("%d rows, want 40", len(rows))
+		}
+		for i := range 20 {
+			if got, want := string(rows[2*i].Data), fmt.Sprint("queued ", i); got != want {
+				t.Fatalf("row %d is %q, want %q", 2*i, got, want)
+			}
+		}
+		return nil
+	})
+}

@@ -65,6 +65,9 @@ type ReadTx struct {
 	// pinned: the questions run on a connection that also writes (a write
 	// handle's), whose own commits do not change its data_version.
 	pinned bool
+	// blobs are the segment BLOB handles opened in the snapshot, closed
+	// before it ends (see blob.go).
+	blobs []*SegmentBlob
 }
 
 // columnCache remembers the answer to one "does this column exist"
@@ -103,14 +106,17 @@ func (a *Archive) View(ctx context.Context, fn func(tx *ReadTx) error) (err erro
 	if _, err := conn.ExecContext(ctx, "BEGIN DEFERRED"); err != nil {
 		return sqlErr("archive: begin snapshot", err)
 	}
+	tx := &ReadTx{ctx: ctx, q: conn, hasUUID: &a.uuidColumn, pinned: a.pinned != nil}
 	defer func() {
 		// Always end the snapshot, even when fn panics; use a fresh context
-		// so a canceled request still releases its snapshot.
+		// so a canceled request still releases its snapshot. BLOB handles
+		// first: they belong to the transaction.
+		tx.closeBlobs()
 		if _, rerr := conn.ExecContext(context.Background(), "ROLLBACK"); rerr != nil && err == nil {
 			err = sqlErr("archive: end snapshot", rerr)
 		}
 	}()
-	return fn(&ReadTx{ctx: ctx, q: conn, hasUUID: &a.uuidColumn, pinned: a.pinned != nil})
+	return fn(tx)
 }
 
 // acquire returns the connection a question runs on and how to give it back.
