@@ -1,0 +1,498 @@
+package seriesindex
+
+import (
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/prometheus/prometheus/model/labels"
+
+	"github.com/dendro-receiver/dendro-receiver/encoders/promsample"
+)
+
+// Ref names a series in an Index. It is stable while the series is in the
+// index; 0 is no series. A removed series' Ref may name another series
+// later, so nothing outside the index keeps one across a Remove.
+type Ref uint32
+
+// Loc names where a series' data lives: one stream of one source (a
+// series of a source lives in one stream, the one its metric name hashes
+// to). 0 is unknown.
+type Loc uint32
+
+// LocInfo is what a Loc stands for.
+type LocInfo struct {
+	Source int64 // archive.SourceID
+	Stream string
+}
+
+// Index is the series index (see the package doc). The zero value is not
+// ready; use New.
+type Index struct {
+	syms  *symbols
+	table hashTable
+
+	// Entries, in chunks that never move: entry r is
+	// chunks[(r-1)>>chunkBits][(r-1)&chunkMask]. The slice of chunks is
+	// replaced (under mu) when it grows.
+	chunks atomic.Pointer[[]*[chunkSize]entry]
+	mu     sync.Mutex // allocation of refs and chunks
+	next   Ref        // refs ever handed out
+	free   []Ref      // removed refs, reused first
+	live   atomic.Int64
+
+	post postings
+
+	locMu  sync.RWMutex
+	locs   []LocInfo // Loc-1 -> info
+	locIDs map[LocInfo]Loc
+	extra  map[Ref][]Loc // locations beyond an entry's first (rare: one series sent by several sources)
+
+	start time.Time // Touch's clock origin
+}
+
+const (
+	chunkBits = 12
+	chunkSize = 1 << chunkBits
+	chunkMask = chunkSize - 1
+)
+
+// entry is one series. pairs and hash are written before the entry is
+// published (by the shard lock that inserts it) and never change; the rest
+// are atomics updated by ingest and reads.
+type entry struct {
+	pairs []uint32 // (name, value) symbol ids, in label order
+	hash  uint64
+	loc   atomic.Uint32
+	flags atomic.Uint32
+	// minT, maxT: sample-time span (Unix ms) of the data the archive holds
+	// for it, as far as reads have seen; minT > maxT when none.
+	minT, maxT atomic.Int64
+	// lastRecv is the receipt ts (the archive's row ts, Unix ns) of the
+	// newest row seen holding it.
+	lastRecv atomic.Int64
+	// anchor is the ingester's stamp of the epoch row that anchored it.
+	anchor atomic.Uint64
+	// seen is when ingest last wrote it, in seconds since Index.start.
+	seen atomic.Uint32
+	// next is the Ref that followed it in the last request that held it.
+	next atomic.Uint32
+}
+
+// Entry flags.
+const (
+	flagLive = 1 << iota
+	// flagLegacy: the labels passed the remote-write 1.0 name rules, so a
+	// 1.0 request naming them needs no validation.
+	flagLegacy
+	// flagValid: the labels passed validation under some scheme.
+	flagValid
+	// flagMultiLoc: the series has locations beyond loc (Index.extra).
+	flagMultiLoc
+)
+
+// New returns an empty Index.
+func New() *Index {
+	x := &Index{syms: newSymbols(), locIDs: map[LocInfo]Loc{}, extra: map[Ref][]Loc{}, start: time.Now()}
+	x.chunks.Store(&[]*[chunkSize]entry{})
+	x.post.init()
+	return x
+}
+
+func (x *Index) entry(r Ref) *entry {
+	i := uint32(r - 1)
+	return &(*x.chunks.Load())[i>>chunkBits][i&chunkMask]
+}
+
+// valid reports whether r names a live series.
+func (x *Index) valid(r Ref) bool {
+	if r == 0 || r > x.maxRef() {
+		return false
+	}
+	return x.entry(r).flags.Load()&flagLive != 0
+}
+
+func (x *Index) maxRef() Ref {
+	cs := *x.chunks.Load()
+	return Ref(len(cs) * chunkSize)
+}
+
+// Len is the number of series.
+func (x *Index) Len() int { return int(x.live.Load()) }
+
+// Find returns the live series with hash (a SeriesHash) that match accepts,
+// or 0. match runs under the hash shard's read lock and must not call
+// methods that add or remove series.
+func (x *Index) Find(hash uint64, match func(Ref) bool) Ref {
+	return x.table.find(hash, func(r Ref) bool { return x.valid(r) && match(r) })
+}
+
+// Get returns the series with labels ls, or 0.
+func (x *Index) Get(ls labels.Labels) Ref {
+	return x.Find(promsample.SeriesHash(ls), func(r Ref) bool { return x.Equal(r, ls) })
+}
+
+// Add returns the series with labels ls (sorted, no empty values, as
+// labels.Labels are), adding it if it is new; added says which.
+func (x *Index) Add(ls labels.Labels) (ref Ref, added bool) {
+	hash := promsample.SeriesHash(ls)
+	s := x.table.shard(hash)
+	s.mu.Lock()
+	if r := s.findLocked(hash, func(r Ref) bool { return x.valid(r) && x.Equal(r, ls) }); r != 0 {
+		s.mu.Unlock()
+		return r, false
+	}
+	pairs := make([]uint32, 0, 2*ls.Len())
+	ls.Range(func(l labels.Label) {
+		pairs = append(pairs, x.syms.intern(l.Name), x.syms.intern(l.Value))
+	})
+	ref = x.alloc()
+	e := x.entry(ref)
+	e.pairs, e.hash = pairs, hash
+	e.loc.Store(0)
+	e.minT.Store(math.MaxInt64)
+	e.maxT.Store(math.MinInt64)
+	e.lastRecv.Store(math.MinInt64)
+	e.anchor.Store(0)
+	e.seen.Store(0)
+	e.next.Store(0)
+	e.flags.Store(flagLive)
+	s.insertLocked(hash, ref)
+	s.mu.Unlock()
+	x.live.Add(1)
+	x.post.add(ref, pairs)
+	return ref, true
+}
+
+// alloc returns a free Ref, growing the chunks when needed.
+func (x *Index) alloc() Ref {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if n := len(x.free); n > 0 {
+		r := x.free[n-1]
+		x.free = x.free[:n-1]
+		return r
+	}
+	x.next++
+	r := x.next
+	cs := *x.chunks.Load()
+	if int(uint32(r-1)>>chunkBits) == len(cs) {
+		grown := make([]*[chunkSize]entry, len(cs)+1)
+		copy(grown, cs)
+		grown[len(cs)] = new([chunkSize]entry)
+		x.chunks.Store(&grown)
+	}
+	return r
+}
+
+// Remove drops series from the index (retention removed their data and
+// ingest has not written them since). Their Refs may be reused.
+func (x *Index) Remove(refs []Ref) {
+	var gone []Ref
+	for _, r := range refs {
+		if !x.valid(r) {
+			continue
+		}
+		e := x.entry(r)
+		s := x.table.shard(e.hash)
+		s.mu.Lock()
+		if e.flags.Load()&flagLive != 0 {
+			s.removeLocked(e.hash, r)
+			e.flags.Store(0)
+			gone = append(gone, r)
+		}
+		s.mu.Unlock()
+	}
+	if len(gone) == 0 {
+		return
+	}
+	x.post.remove(x, gone)
+	x.locMu.Lock()
+	for _, r := range gone {
+		delete(x.extra, r)
+	}
+	x.locMu.Unlock()
+	x.mu.Lock()
+	x.free = append(x.free, gone...)
+	x.mu.Unlock()
+	x.live.Add(-int64(len(gone)))
+}
+
+// Pairs returns r's labels as (name, value) symbol ids in label order
+// (read only); Symbol turns an id into its string. Together they let a
+// caller compare labels without building them.
+func (x *Index) Pairs(r Ref) []uint32 { return x.entry(r).pairs }
+
+// Symbol returns the string of a symbol id from Pairs.
+func (x *Index) Symbol(id uint32) string { return x.syms.get(id) }
+
+// Hash returns r's SeriesHash.
+func (x *Index) Hash(r Ref) uint64 { return x.entry(r).hash }
+
+// Labels returns r's labels.
+func (x *Index) Labels(r Ref) labels.Labels {
+	var b labels.ScratchBuilder
+	return x.LabelsWith(r, &b)
+}
+
+// LabelsWith returns r's labels, built with b.
+func (x *Index) LabelsWith(r Ref, b *labels.ScratchBuilder) labels.Labels {
+	b.Reset()
+	p := x.entry(r).pairs
+	for i := 0; i+1 < len(p); i += 2 {
+		b.Add(x.syms.get(p[i]), x.syms.get(p[i+1]))
+	}
+	return b.Labels()
+}
+
+// Equal reports whether r's labels are ls.
+func (x *Index) Equal(r Ref, ls labels.Labels) bool {
+	p := x.entry(r).pairs
+	if len(p) != 2*ls.Len() {
+		return false
+	}
+	i := 0
+	eq := true
+	ls.Range(func(l labels.Label) {
+		if eq && (x.syms.get(p[i]) != l.Name || x.syms.get(p[i+1]) != l.Value) {
+			eq = false
+		}
+		i += 2
+	})
+	return eq
+}
+
+// Get returns the value of label name of r, or "".
+func (x *Index) Value(r Ref, name string) string {
+	p := x.entry(r).pairs
+	for i := 0; i+1 < len(p); i += 2 {
+		if x.syms.get(p[i]) == name {
+			return x.syms.get(p[i+1])
+		}
+	}
+	return ""
+}
+
+// Loc returns the location id of (source, stream), registering it.
+func (x *Index) Loc(source int64, stream string) Loc {
+	k := LocInfo{Source: source, Stream: stream}
+	x.locMu.RLock()
+	l, ok := x.locIDs[k]
+	x.locMu.RUnlock()
+	if ok {
+		return l
+	}
+	x.locMu.Lock()
+	defer x.locMu.Unlock()
+	if l, ok := x.locIDs[k]; ok {
+		return l
+	}
+	x.locs = append(x.locs, k)
+	l = Loc(len(x.locs))
+	x.locIDs[k] = l
+	return l
+}
+
+// LocInfo returns what l stands for.
+func (x *Index) LocInfo(l Loc) LocInfo {
+	x.locMu.RLock()
+	defer x.locMu.RUnlock()
+	return x.locs[l-1]
+}
+
+// Locs returns the locations of r's data.
+func (x *Index) Locs(r Ref) []Loc {
+	e := x.entry(r)
+	l := Loc(e.loc.Load())
+	if l == 0 {
+		return nil
+	}
+	if e.flags.Load()&flagMultiLoc == 0 {
+		return []Loc{l}
+	}
+	x.locMu.RLock()
+	defer x.locMu.RUnlock()
+	return append([]Loc{l}, x.extra[r]...)
+}
+
+// FirstLoc returns r's first location (0: none), without allocating.
+func (x *Index) FirstLoc(r Ref) Loc { return Loc(x.entry(r).loc.Load()) }
+
+// MultiLoc reports whether r's data lives in more than one location.
+func (x *Index) MultiLoc(r Ref) bool { return x.entry(r).flags.Load()&flagMultiLoc != 0 }
+
+// Observe records that the archive holds data of r at loc over [minT, maxT]
+// (sample time, Unix ms), in a row received at recv (Unix ns).
+func (x *Index) Observe(r Ref, loc Loc, minT, maxT, recv int64) {
+	e := x.entry(r)
+	if cur := Loc(e.loc.Load()); cur != loc {
+		if cur == 0 && e.loc.CompareAndSwap(0, uint32(loc)) {
+			// first location
+		} else if Loc(e.loc.Load()) != loc {
+			x.addLoc(r, e, loc)
+		}
+	}
+	for {
+		v := e.minT.Load()
+		if minT >= v || e.minT.CompareAndSwap(v, minT) {
+			break
+		}
+	}
+	for {
+		v := e.maxT.Load()
+		if maxT <= v || e.maxT.CompareAndSwap(v, maxT) {
+			break
+		}
+	}
+	for {
+		v := e.lastRecv.Load()
+		if recv <= v || e.lastRecv.CompareAndSwap(v, recv) {
+			break
+		}
+	}
+}
+
+func (x *Index) addLoc(r Ref, e *entry, loc Loc) {
+	x.locMu.Lock()
+	defer x.locMu.Unlock()
+	for _, l := range x.extra[r] {
+		if l == loc {
+			return
+		}
+	}
+	x.extra[r] = append(x.extra[r], loc)
+	for {
+		f := e.flags.Load()
+		if e.flags.CompareAndSwap(f, f|flagMultiLoc) {
+			break
+		}
+	}
+}
+
+// Span returns the sample-time span of r's data seen in the archive; ok is
+// false while none was (a series ingest created whose rows no read has
+// seen yet).
+func (x *Index) Span(r Ref) (minT, maxT int64, ok bool) {
+	e := x.entry(r)
+	minT, maxT = e.minT.Load(), e.maxT.Load()
+	return minT, maxT, minT <= maxT
+}
+
+// LastReceived returns the receipt ts of the newest row seen holding r.
+func (x *Index) LastReceived(r Ref) int64 { return x.entry(r).lastRecv.Load() }
+
+// Anchor returns the ingester's anchor stamp of r (0: none).
+func (x *Index) Anchor(r Ref) uint64 { return x.entry(r).anchor.Load() }
+
+// SetAnchor records r's anchor stamp once the row anchoring it committed.
+func (x *Index) SetAnchor(r Ref, stamp uint64) { x.entry(r).anchor.Store(stamp) }
+
+// Touch records that ingest wrote r now.
+func (x *Index) Touch(r Ref, now time.Time) {
+	e := x.entry(r)
+	s := uint32(max(now.Sub(x.start)/time.Second, 1))
+	if e.seen.Load() != s {
+		e.seen.Store(s)
+	}
+}
+
+// Next returns the series that followed r in the last request holding
+// both (a prediction for the next series of a request; 0 if none).
+func (x *Index) Next(r Ref) Ref {
+	n := Ref(x.entry(r).next.Load())
+	if !x.valid(n) {
+		return 0
+	}
+	return n
+}
+
+// SetNext records that n followed r.
+func (x *Index) SetNext(r, n Ref) {
+	e := x.entry(r)
+	if Ref(e.next.Load()) != n {
+		e.next.Store(uint32(n))
+	}
+}
+
+// Validated reports whether r's labels passed the 1.0 name rules (legacy)
+// or, with legacy false, any validation.
+func (x *Index) Validated(r Ref, legacy bool) bool {
+	f := x.entry(r).flags.Load()
+	if legacy {
+		return f&flagLegacy != 0
+	}
+	return f&flagValid != 0
+}
+
+// SetValidated records that r's labels passed validation (legacy: the 1.0
+// name rules).
+func (x *Index) SetValidated(r Ref, legacy bool) {
+	e := x.entry(r)
+	add := uint32(flagValid)
+	if legacy {
+		add |= flagLegacy
+	}
+	for {
+		f := e.flags.Load()
+		if f&add == add || f&flagLive == 0 || e.flags.CompareAndSwap(f, f|add) {
+			return
+		}
+	}
+}
+
+// Idle calls fn for every series ingest has written but not for longer
+// than d (its anchor and prediction are then cleared: the series'
+// ingest state leaves, its data stays readable), and returns how many.
+func (x *Index) Idle(now time.Time, d time.Duration) int {
+	cut := now.Sub(x.start) - d
+	if cut <= 0 {
+		return 0
+	}
+	limit := uint32(cut / time.Second)
+	n := 0
+	max := x.maxRef()
+	for r := Ref(1); r <= max; r++ {
+		e := x.entry(r)
+		if e.flags.Load()&flagLive == 0 {
+			continue
+		}
+		if s := e.seen.Load(); s != 0 && s < limit {
+			e.seen.Store(0)
+			e.anchor.Store(0)
+			e.next.Store(0)
+			n++
+		}
+	}
+	return n
+}
+
+// Stats describes the index's size.
+type Stats struct {
+	Series      int
+	Symbols     int
+	SymbolBytes int64
+	// Bytes estimates the index's memory: entries, label pairs, hash
+	// table, postings and symbols.
+	Bytes int64
+}
+
+// Stats returns the index's size.
+func (x *Index) Stats() Stats {
+	x.syms.mu.Lock()
+	ns, sb := int(x.syms.n), x.syms.bytes
+	x.syms.mu.Unlock()
+	cs := *x.chunks.Load()
+	var pairs int64
+	for r := Ref(1); r <= Ref(len(cs)*chunkSize); r++ {
+		e := x.entry(r)
+		if e.flags.Load()&flagLive != 0 {
+			pairs += int64(cap(e.pairs)) * 4
+		}
+	}
+	b := int64(len(cs))*chunkSize*int64(entrySize) + pairs + x.table.bytes() + x.post.bytes() + sb + int64(ns)*(16+48)
+	return Stats{Series: x.Len(), Symbols: ns, SymbolBytes: sb, Bytes: b}
+}
+
+const entrySize = unsafe.Sizeof(entry{})

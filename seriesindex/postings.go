@@ -1,0 +1,385 @@
+package seriesindex
+
+import (
+	"math/bits"
+	"slices"
+	"sync"
+	"unsafe"
+
+	"github.com/prometheus/prometheus/model/labels"
+)
+
+// postings maps label name -> value -> the sorted Refs of the series with
+// that label (as Prometheus's MemPostings does, over symbol ids). A
+// matcher's answer is computed from these lists without visiting a
+// series that does not match: Select intersects the lists of the
+// matchers a series must satisfy and subtracts those of the values it must
+// not have.
+type postings struct {
+	mu    sync.RWMutex
+	names map[uint32]*nameIndex
+	refs  int64 // list entries, for bytes
+}
+
+type nameIndex struct {
+	values map[uint32][]Ref
+}
+
+func (p *postings) init() { p.names = map[uint32]*nameIndex{} }
+
+func (p *postings) add(r Ref, pairs []uint32) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i := 0; i+1 < len(pairs); i += 2 {
+		ni := p.names[pairs[i]]
+		if ni == nil {
+			ni = &nameIndex{values: map[uint32][]Ref{}}
+			p.names[pairs[i]] = ni
+		}
+		list := ni.values[pairs[i+1]]
+		if n := len(list); n == 0 || list[n-1] < r {
+			// The common case: a new series has the largest Ref so far.
+			// Readers hold slices of the old length: appending writes
+			// only beyond them.
+			ni.values[pairs[i+1]] = append(list, r)
+		} else {
+			// A reused Ref: insert into a copy, readers keep the old one.
+			k, _ := slices.BinarySearch(list, r)
+			grown := make([]Ref, 0, len(list)+1)
+			grown = append(append(append(grown, list[:k]...), r), list[k:]...)
+			ni.values[pairs[i+1]] = grown
+		}
+		p.refs++
+	}
+}
+
+// remove drops gone (whose entries still hold their pairs) from every list.
+func (p *postings) remove(x *Index, gone []Ref) {
+	set := make(map[Ref]struct{}, len(gone))
+	touched := map[[2]uint32]struct{}{}
+	for _, r := range gone {
+		set[r] = struct{}{}
+		pairs := x.entry(r).pairs
+		for i := 0; i+1 < len(pairs); i += 2 {
+			touched[[2]uint32{pairs[i], pairs[i+1]}] = struct{}{}
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for nv := range touched {
+		ni := p.names[nv[0]]
+		if ni == nil {
+			continue
+		}
+		list := ni.values[nv[1]]
+		kept := make([]Ref, 0, len(list))
+		for _, r := range list {
+			if _, ok := set[r]; !ok {
+				kept = append(kept, r)
+			}
+		}
+		p.refs -= int64(len(list) - len(kept))
+		if len(kept) == 0 {
+			delete(ni.values, nv[1])
+			if len(ni.values) == 0 {
+				delete(p.names, nv[0])
+			}
+			continue
+		}
+		ni.values[nv[1]] = kept
+	}
+}
+
+func (p *postings) bytes() int64 {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	n := p.refs * int64(unsafe.Sizeof(Ref(0)))
+	for _, ni := range p.names {
+		n += 48 + int64(len(ni.values))*48 // map entries and slice headers, roughly
+	}
+	return n
+}
+
+// Postings returns the live series whose labels satisfy every matcher,
+// sorted by Ref. A matcher that matches the empty value is also satisfied
+// by a series without the label, as in PromQL.
+func (x *Index) Postings(ms []*labels.Matcher) []Ref {
+	x.post.mu.RLock()
+	defer x.post.mu.RUnlock()
+	var pos [][]Ref // each a set the series must be in
+	var neg [][]Ref // lists it must not be in
+	for _, m := range ms {
+		name, ok := x.syms.lookup(m.Name)
+		var ni *nameIndex
+		if ok {
+			ni = x.post.names[name]
+		}
+		if m.Matches("") {
+			// Satisfied without the label: the series must not have a
+			// value m refuses.
+			if ni == nil {
+				continue
+			}
+			for v, list := range ni.values {
+				if !m.Matches(x.syms.get(v)) {
+					neg = append(neg, list)
+				}
+			}
+			continue
+		}
+		if ni == nil {
+			return nil
+		}
+		var lists [][]Ref
+		switch set := matcherSet(m); {
+		case set != nil:
+			for _, s := range set {
+				if id, ok := x.syms.lookup(s); ok {
+					if list := ni.values[id]; len(list) > 0 {
+						lists = append(lists, list)
+					}
+				}
+			}
+		default:
+			for v, list := range ni.values {
+				if m.Matches(x.syms.get(v)) {
+					lists = append(lists, list)
+				}
+			}
+		}
+		if len(lists) == 0 {
+			return nil
+		}
+		pos = append(pos, x.union(lists))
+	}
+	var out []Ref
+	if len(pos) == 0 {
+		out = x.all()
+	} else {
+		slices.SortFunc(pos, func(a, b []Ref) int { return len(a) - len(b) })
+		out = slices.Clone(pos[0])
+		for _, p := range pos[1:] {
+			out = intersect(out[:0], out, p)
+			if len(out) == 0 {
+				return nil
+			}
+		}
+	}
+	if len(neg) > 0 {
+		out = x.subtract(out, neg)
+	}
+	return out
+}
+
+// matcherSet returns the values an equality or a regexp of alternatives
+// matches exactly, or nil when m must be tested value by value.
+func matcherSet(m *labels.Matcher) []string {
+	switch m.Type {
+	case labels.MatchEqual:
+		return []string{m.Value}
+	case labels.MatchRegexp:
+		return m.SetMatches()
+	}
+	return nil
+}
+
+// all returns every live Ref, sorted.
+func (x *Index) all() []Ref {
+	max := x.maxRef()
+	out := make([]Ref, 0, x.Len())
+	for r := Ref(1); r <= max; r++ {
+		if x.entry(r).flags.Load()&flagLive != 0 {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// union returns the sorted union of sorted lists (read only when it is one
+// of them). The lists of one label's values are disjoint; a bitmap over
+// the Refs merges many of them in one pass.
+func (x *Index) union(lists [][]Ref) []Ref {
+	if len(lists) == 1 {
+		return lists[0]
+	}
+	total := 0
+	for _, l := range lists {
+		total += len(l)
+	}
+	bm := newBitmap(x.maxRef())
+	for _, l := range lists {
+		for _, r := range l {
+			bm.set(r)
+		}
+	}
+	return bm.appendTo(make([]Ref, 0, total))
+}
+
+// subtract removes from sorted refs every Ref in the lists neg.
+func (x *Index) subtract(refs []Ref, neg [][]Ref) []Ref {
+	bm := newBitmap(x.maxRef())
+	for _, l := range neg {
+		for _, r := range l {
+			bm.set(r)
+		}
+	}
+	out := refs[:0:0]
+	for _, r := range refs {
+		if !bm.has(r) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// intersect appends to dst the values of a also in b (both sorted); dst
+// may be a[:0], whose elements it overwrites only behind where it reads.
+func intersect(dst, a, b []Ref) []Ref {
+	if len(a) > len(b) {
+		a, b = b, a
+		dst = dst[:0:0] // a and b swapped: dst may alias b now
+	}
+	j := 0
+	for _, v := range a {
+		// Gallop: the next candidate is at or after j.
+		k, step := j, 1
+		for k < len(b) && b[k] < v {
+			j = k + 1
+			k += step
+			step *= 2
+		}
+		hi := min(k+1, len(b))
+		j += searchRef(b[j:hi], v)
+		if j < len(b) && b[j] == v {
+			dst = append(dst, v)
+			j++
+		}
+	}
+	return dst
+}
+
+func searchRef(s []Ref, v Ref) int {
+	lo, hi := 0, len(s)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if s[m] < v {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return lo
+}
+
+// bitmap is a set of Refs up to a maximum.
+type bitmap []uint64
+
+func newBitmap(max Ref) bitmap { return make(bitmap, int(max)/64+1) }
+
+func (b bitmap) set(r Ref)      { b[r/64] |= 1 << (r % 64) }
+func (b bitmap) has(r Ref) bool { return int(r/64) < len(b) && b[r/64]&(1<<(r%64)) != 0 }
+
+func (b bitmap) appendTo(out []Ref) []Ref {
+	for i, w := range b {
+		for w != 0 {
+			t := bits.TrailingZeros64(w)
+			out = append(out, Ref(i*64+t))
+			w &= w - 1
+		}
+	}
+	return out
+}
+
+// Select returns the series that satisfy ms and hold data in [mint,
+// maxt] (sample time, Unix ms, inclusive), sorted by Ref.
+func (x *Index) Select(ms []*labels.Matcher, mint, maxt int64) []Ref {
+	refs := x.Postings(ms)
+	out := refs[:0]
+	for _, r := range refs {
+		if lo, hi, ok := x.Span(r); ok && lo <= maxt && hi >= mint {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// inRange reports whether r holds data in [mint, maxt].
+func (x *Index) inRange(r Ref, mint, maxt int64) bool {
+	lo, hi, ok := x.Span(r)
+	return ok && lo <= maxt && hi >= mint
+}
+
+// LabelValues returns the values of label name among the series that
+// satisfy ms and hold data in [mint, maxt], sorted.
+func (x *Index) LabelValues(name string, ms []*labels.Matcher, mint, maxt int64) []string {
+	nameID, ok := x.syms.lookup(name)
+	if !ok {
+		return nil
+	}
+	var ids []uint32
+	if len(ms) == 0 {
+		x.post.mu.RLock()
+		if ni := x.post.names[nameID]; ni != nil {
+			for v, list := range ni.values {
+				if slices.ContainsFunc(list, func(r Ref) bool { return x.inRange(r, mint, maxt) }) {
+					ids = append(ids, v)
+				}
+			}
+		}
+		x.post.mu.RUnlock()
+	} else {
+		seen := map[uint32]struct{}{}
+		for _, r := range x.Select(ms, mint, maxt) {
+			p := x.entry(r).pairs
+			for i := 0; i+1 < len(p); i += 2 {
+				if p[i] == nameID {
+					seen[p[i+1]] = struct{}{}
+					break
+				}
+			}
+		}
+		for v := range seen {
+			ids = append(ids, v)
+		}
+	}
+	return x.sortedStrings(ids)
+}
+
+// LabelNames returns the label names of the series that satisfy ms and
+// hold data in [mint, maxt], sorted.
+func (x *Index) LabelNames(ms []*labels.Matcher, mint, maxt int64) []string {
+	var ids []uint32
+	if len(ms) == 0 {
+		x.post.mu.RLock()
+		for n, ni := range x.post.names {
+			for _, list := range ni.values {
+				if slices.ContainsFunc(list, func(r Ref) bool { return x.inRange(r, mint, maxt) }) {
+					ids = append(ids, n)
+					break
+				}
+			}
+		}
+		x.post.mu.RUnlock()
+	} else {
+		seen := map[uint32]struct{}{}
+		for _, r := range x.Select(ms, mint, maxt) {
+			p := x.entry(r).pairs
+			for i := 0; i+1 < len(p); i += 2 {
+				seen[p[i]] = struct{}{}
+			}
+		}
+		for n := range seen {
+			ids = append(ids, n)
+		}
+	}
+	return x.sortedStrings(ids)
+}
+
+func (x *Index) sortedStrings(ids []uint32) []string {
+	out := make([]string, 0, len(ids))
+	for _, id := range ids {
+		out = append(out, x.syms.get(id))
+	}
+	slices.Sort(out)
+	return out
+}

@@ -1,0 +1,68 @@
+package seriesindex
+
+import (
+	"sync"
+	"sync/atomic"
+)
+
+// symbols interns label names and values: a series holds its labels as
+// pairs of symbol ids, so a string that many series share (every name,
+// most values) is stored once. Ids are dense and never reused, and a
+// symbol's string never changes, so Get takes no lock: the string is
+// written before any entry holding its id is published (under the lock of
+// the shard that publishes the entry), which orders the two.
+type symbols struct {
+	mu  sync.Mutex
+	ids map[string]uint32
+	// chunks of symChunk strings; the slice is replaced, never modified,
+	// when it grows, and a chunk is filled only below n.
+	chunks atomic.Pointer[[]*[symChunk]string]
+	n      uint32
+	bytes  int64 // of the strings, for Stats
+}
+
+const symChunk = 1 << 12
+
+func newSymbols() *symbols {
+	s := &symbols{ids: map[string]uint32{}}
+	s.chunks.Store(&[]*[symChunk]string{})
+	return s
+}
+
+// intern returns str's id, adding it on first sight. The caller's string
+// is copied, so it may alias a request buffer.
+func (s *symbols) intern(str string) uint32 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if id, ok := s.ids[str]; ok {
+		return id
+	}
+	str = string([]byte(str)) // own it
+	id := s.n
+	cs := *s.chunks.Load()
+	if int(id/symChunk) == len(cs) {
+		grown := make([]*[symChunk]string, len(cs)+1)
+		copy(grown, cs)
+		grown[len(cs)] = new([symChunk]string)
+		s.chunks.Store(&grown)
+		cs = grown
+	}
+	cs[id/symChunk][id%symChunk] = str
+	s.ids[str] = id
+	s.n++
+	s.bytes += int64(len(str))
+	return id
+}
+
+// lookup returns str's id if it is interned.
+func (s *symbols) lookup(str string) (uint32, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	id, ok := s.ids[str]
+	return id, ok
+}
+
+// get returns the string of id.
+func (s *symbols) get(id uint32) string {
+	return (*s.chunks.Load())[id/symChunk][id%symChunk]
+}
