@@ -271,6 +271,11 @@ func (e *Encoder) encode(stream string, rows []archive.Row, consume bool) (*arch
 		e.Opts.yield() // per row: ~50 µs of decoding
 	}
 	series, meta := c.finish()
+	if len(series) == 0 && len(meta) == 0 {
+		// Nothing but close markers (or empty rows): no segment; the rows
+		// stay live and go with the next seal's.
+		return nil, nil
+	}
 	// A segment takes about half its rows' bytes (rwload: 2.9 vs 6.9
 	// bytes per sample).
 	data, idx, err := e.write(series, meta, rowBytes/2)

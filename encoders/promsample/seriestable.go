@@ -66,16 +66,30 @@ func (t *SeriesTable) RowStarts() []int64 {
 // label order (0xff never occurs in UTF-8). It is part of the index format
 // and must never change.
 func SeriesHash(ls labels.Labels) uint64 {
-	var d xxhash.Digest
-	d.Reset()
-	ls.Range(func(l labels.Label) {
-		d.WriteString(l.Name)
-		d.Write(sep)
-		d.WriteString(l.Value)
-		d.Write(sep)
-	})
-	return d.Sum64()
+	var h SeriesHasher
+	h.Reset()
+	ls.Range(func(l labels.Label) { h.Add(l.Name, l.Value) })
+	return h.Sum()
 }
+
+// SeriesHasher computes SeriesHash one label at a time, for a caller that
+// has the labels in another form (a decoder reading them off the wire).
+// Labels must be added in label order, without empty values.
+type SeriesHasher struct{ d xxhash.Digest }
+
+// Reset starts a new label set.
+func (h *SeriesHasher) Reset() { h.d.Reset() }
+
+// Add adds one label.
+func (h *SeriesHasher) Add(name, value string) {
+	h.d.WriteString(name)
+	h.d.Write(sep)
+	h.d.WriteString(value)
+	h.d.Write(sep)
+}
+
+// Sum returns the hash of the labels added since Reset.
+func (h *SeriesHasher) Sum() uint64 { return h.d.Sum64() }
 
 var sep = []byte{0xff}
 
@@ -179,4 +193,20 @@ func parseSeriesTable(r *reader) *SeriesTable {
 		prev = t.pairs[start:]
 	}
 	return t
+}
+
+// DropLabels forgets the table's labels, keeping what a reader needs to
+// find a series' rows (Rows, Hashes): for a reader that caches tables.
+func (t *SeriesTable) DropLabels() {
+	t.Symbols, t.pairs = nil, nil
+	t.off = t.off[:1:1]
+}
+
+// Bytes is the table's memory.
+func (t *SeriesTable) Bytes() int64 {
+	n := int64(cap(t.pairs)+cap(t.off)+cap(t.Rows))*4 + int64(cap(t.Hashes))*8
+	for _, s := range t.Symbols {
+		n += int64(len(s)) + 16
+	}
+	return n
 }
