@@ -2,6 +2,7 @@ package seriesindex
 
 import (
 	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -496,3 +497,12 @@ func (x *Index) Stats() Stats {
 }
 
 const entrySize = unsafe.Sizeof(entry{})
+
+// SymbolID returns the symbol id of s, if any series' labels hold it.
+func (x *Index) SymbolID(s string) (uint32, bool) { return x.syms.lookup(s) }
+
+// FindPairs returns the live series with hash whose labels are pairs
+// (symbol ids, as Pairs returns them), or 0.
+func (x *Index) FindPairs(hash uint64, pairs []uint32) Ref {
+	return x.Find(hash, func(r Ref) bool { return slices.Equal(x.entry(r).pairs, pairs) })
+}
