@@ -8,6 +8,7 @@ import (
 	"github.com/golang/snappy"
 
 	"github.com/dendro-receiver/dendro-receiver/encoders/promsample"
+	"github.com/dendro-receiver/dendro-receiver/seriesindex"
 )
 
 // Protocol is the remote-write message a body holds, negotiated by the
@@ -42,15 +43,16 @@ type Counts struct {
 
 // Request is a decoded, validated, normalized remote-write request.
 //
-// Series are in wire order and may repeat a label set (senders split a
+// Series are in wire order and may repeat a series (senders split a
 // series' exemplars, metadata or start timestamps over several entries);
-// each has sorted, valid labels with a __name__, and at least one sample,
-// histogram or exemplar. Float values keep their exact bits. Nothing in a
-// Request aliases the body. Its Series and their Samples may be handed back
-// to the Decoder with Recycle once nothing uses them.
+// each names, in the Decoder's series index, sorted, valid labels with a
+// __name__, and has at least one sample, histogram or exemplar. Float
+// values keep their exact bits. Nothing in a Request aliases the body. Its
+// Series and their Samples may be handed back to the Decoder with Recycle
+// once nothing uses them.
 type Request struct {
 	Protocol Protocol
-	Series   []promsample.Series
+	Series   []Series
 	// Metadata: 1.0 WriteRequest.metadata entries, and 2.0 per-series
 	// metadata deduplicated by metric name (first entry wins).
 	Metadata []promsample.Metadata
@@ -63,6 +65,7 @@ type Request struct {
 // concurrent use; it pools its decode buffers and scratch state.
 type Decoder struct {
 	opts Options
+	x    *seriesindex.Index // Options.Series, or the Decoder's own
 
 	// bufs holds *[]byte snappy output buffers. A buffer is only borrowed
 	// for the duration of one Decode: everything kept from it is copied
@@ -96,9 +99,16 @@ func NewDecoder(o Options) (*Decoder, error) {
 
 func newDecoder(o Options) *Decoder {
 	slabs := &slabPool{}
-	return &Decoder{opts: o, slabs: slabs,
-		v1: newFreeList(o.Parallelism, func() *v1Decoder { return newV1Decoder(slabs) })}
+	x := o.Series
+	if x == nil {
+		x = seriesindex.New()
+	}
+	return &Decoder{opts: o, slabs: slabs, x: x,
+		v1: newFreeList(o.Parallelism, func() *v1Decoder { return newV1Decoder(slabs, x) })}
 }
+
+// Series returns the series index the Decoder resolves labels with.
+func (d *Decoder) Series() *seriesindex.Index { return d.x }
 
 // Decode decodes and validates a snappy-block-compressed body holding a
 // message of protocol p. The declared decoded length is checked against the
@@ -156,7 +166,7 @@ func (d *Decoder) DecodeMessage(p Protocol, msg []byte) (*Request, error) {
 	case ProtocolV2:
 		v, _ := d.v2.Get().(*v2Decoder)
 		if v == nil {
-			v = newV2Decoder()
+			v = newV2Decoder(d.x)
 		}
 		defer d.v2.Put(v)
 		return v.decode(msg)

@@ -13,13 +13,21 @@ import (
 	writev2 "github.com/prometheus/prometheus/prompb/io/prometheus/write/v2"
 
 	"github.com/dendro-receiver/dendro-receiver/encoders/promsample"
+	"github.com/dendro-receiver/dendro-receiver/seriesindex"
 )
+
+// refRequest is what the reference decoder returns.
+type refRequest struct {
+	Series   []promsample.Series
+	Metadata []promsample.Metadata
+	Counts   Counts
+}
 
 // refV1 is the reference 1.0 path: gogo's decoder (prompb), then the same
 // validation rules applied to its output. FuzzDecodeV1 checks the hand-written
 // wire decoder against it.
-func refV1(wr *prompb.WriteRequest, scheme model.ValidationScheme) (*Request, error) {
-	req := &Request{Protocol: ProtocolV1}
+func refV1(wr *prompb.WriteRequest, scheme model.ValidationScheme) (*refRequest, error) {
+	req := &refRequest{}
 	sl, el := newSeriesLabels(), newExemplarLabels()
 	for i, ts := range wr.Timeseries {
 		sl.reset(scheme)
@@ -138,13 +146,13 @@ func FuzzDecodeV1(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if d := diffSeries(got.Series, want.Series); d != "" {
+		if d := diffSeries(labelled(d.Series(), got.Series), want.Series); d != "" {
 			t.Fatal(d)
 		}
 		if fmt.Sprint(got.Metadata) != fmt.Sprint(want.Metadata) || got.Counts != want.Counts {
 			t.Fatalf("metadata or counts differ: %+v %+v / %+v %+v", got.Metadata, got.Counts, want.Metadata, want.Counts)
 		}
-		checkInvariants(t, got)
+		checkInvariants(t, d.Series(), got)
 	})
 }
 
@@ -181,14 +189,15 @@ func FuzzDecodeV2(f *testing.F) {
 			}
 			return
 		}
-		checkInvariants(t, got)
+		checkInvariants(t, d.Series(), got)
 	})
 }
 
 // checkInvariants checks what a Request promises.
-func checkInvariants(t *testing.T, r *Request) {
+func checkInvariants(t *testing.T, x *seriesindex.Index, r *Request) {
 	t.Helper()
-	for i, s := range r.Series {
+	series := labelled(x, r.Series)
+	for i, s := range series {
 		if s.Labels.Get(labels.MetricName) == "" || !s.Labels.IsValid(model.UTF8Validation) {
 			t.Fatalf("series %d: labels %v", i, s.Labels)
 		}
@@ -204,7 +213,7 @@ func checkInvariants(t *testing.T, r *Request) {
 			}
 		}
 	}
-	if c := countsOf(r.Series); c != r.Counts {
+	if c := countsOf(series); c != r.Counts {
 		t.Fatalf("counts %+v, series hold %+v", r.Counts, c)
 	}
 }

@@ -18,18 +18,21 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/dendro-receiver/dendro-receiver/encoders/promsample"
+	"github.com/dendro-receiver/dendro-receiver/seriesindex"
 )
 
 // Sink commits the data of one request. Write returns nil only once
-// everything passed is durable; the Handler answers 2xx only then. It must
-// not keep series, or the Samples slices of its elements, after it returns:
-// the Handler reuses that memory for later requests (labels, histograms,
-// exemplars and metadata it may keep). Errors should wrap
-// ErrRejected (permanent: 400), ErrUnavailable (503, retry) or ErrDiskFull
-// (507, retry); anything else is answered 500 (see Status). written reports
-// what was committed and is echoed in the 2.0 response headers.
+// everything passed is durable; the Handler answers 2xx only then. Series
+// name their labels in the Handler's series index (Options.Series, which
+// the Sink shares). It must not keep series, or the Samples slices of its
+// elements, after it returns: the Handler reuses that memory for later
+// requests (histograms, exemplars and metadata it may keep). Errors should
+// wrap ErrRejected (permanent: 400), ErrUnavailable (503, retry) or
+// ErrDiskFull (507, retry); anything else is answered 500 (see Status).
+// written reports what was committed and is echoed in the 2.0 response
+// headers.
 type Sink interface {
-	Write(ctx context.Context, source string, series []promsample.Series, meta []promsample.Metadata) (written Counts, err error)
+	Write(ctx context.Context, source string, series []Series, meta []promsample.Metadata) (written Counts, err error)
 }
 
 // Handler serves POST /api/v1/write (any path: mount it where wanted). It is
@@ -76,6 +79,13 @@ func NewHandler(sink Sink, o Options) (*Handler, error) {
 	o, err := o.withDefaults()
 	if err != nil {
 		return nil, err
+	}
+	if o.Series == nil {
+		// A Sink that writes through a series index (the Ingester) is
+		// the one the Handler must resolve labels with.
+		if si, ok := sink.(interface{ Series() *seriesindex.Index }); ok {
+			o.Series = si.Series()
+		}
 	}
 	m, err := newMetrics(o.Registerer)
 	if err != nil {

@@ -10,7 +10,6 @@ import (
 	"math"
 	"net/http"
 	"runtime"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -22,6 +21,7 @@ import (
 	writev2 "github.com/prometheus/prometheus/prompb/io/prometheus/write/v2"
 
 	"github.com/dendro-receiver/dendro-receiver/encoders/promsample"
+	"github.com/dendro-receiver/dendro-receiver/seriesindex"
 )
 
 // v1Fixture is a request exercising every element kind, and what it must
@@ -662,24 +662,25 @@ func TestNegativeZeroOnTheWire(t *testing.T) {
 	}
 }
 
-// TestLabelCache: the 1.0 label cache returns what a full decode would, and
-// never hides a label that follows the cached prefix or an invalid set.
-func TestLabelCache(t *testing.T) {
+// TestKnownSeries: a series the index knows decodes to what a full decode
+// returns, and the fast path never hides a label that follows the leading
+// labels, nor lets an invalid or differently validated set through.
+func TestKnownSeries(t *testing.T) {
 	d, _ := NewDecoder(Options{})
 	one := []prompb.Sample{{Timestamp: 1, Value: 1}}
 	wr, want, _ := v1Fixture()
 	body := encodeV1(t, wr)
-	for i := range 3 { // miss, then hits
+	for i := range 3 { // unknown, then known
 		req, err := d.Decode(ProtocolV1, body)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if diff := diffSeries(req.Series, want); diff != "" {
+		if diff := diffSeries(labelled(d.Series(), req.Series), want); diff != "" {
 			t.Fatalf("round %d: %s", i, diff)
 		}
 	}
-	// Prefix {__name__="m"} is cached by the first series; the second has the
-	// same prefix and a label after its samples.
+	// {__name__="m"} is known after the first series; the second has the
+	// same leading labels and a label after its samples.
 	lab := append(lenFieldT(1, append(lenFieldT(1, []byte("__name__")), lenFieldT(2, []byte("m"))...)), []byte{}...)
 	smp, _ := (&prompb.Sample{Timestamp: 1, Value: 1}).Marshal()
 	late := append(append(append([]byte{}, lab...), lenFieldT(2, smp)...), lenFieldT(1, append(lenFieldT(1, []byte("z")), lenFieldT(2, []byte("1"))...))...)
@@ -689,23 +690,43 @@ func TestLabelCache(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := req.Series[1].Labels; !labels.Equal(got, labels.FromStrings("__name__", "m", "z", "1")) {
+		if got := d.Series().Labels(req.Series[1].Ref); !labels.Equal(got, labels.FromStrings("__name__", "m", "z", "1")) {
 			t.Fatalf("late label lost: %v", got)
 		}
 	}
-	// Invalid label sets are not cached.
+	// Invalid label sets never enter the index.
+	n := d.Series().Len()
 	bad := v1Body(t, prompb.TimeSeries{Labels: lbl("__name__", "m", "a", "1", "a", "2"), Samples: one})
 	for range 2 {
 		if _, err := d.Decode(ProtocolV1, bad); !errors.Is(err, ErrInvalid) {
 			t.Fatalf("err %v", err)
 		}
 	}
+	if d.Series().Len() != n {
+		t.Fatalf("an invalid set was added to the index")
+	}
+	// A set that 2.0 accepted (UTF-8 names) is validated again under the
+	// 1.0 rules, and refused.
+	utf := labels.FromStrings("__name__", "a.b", "ß", "1")
+	st := writev2.NewSymbolTable()
+	v2 := &writev2.Request{Timeseries: []writev2.TimeSeries{{LabelsRefs: st.SymbolizeLabels(utf, nil), Samples: []writev2.Sample{{Value: 1, Timestamp: 1}}}}}
+	v2.Symbols = st.Symbols()
+	v2msg, err := v2.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Decode(ProtocolV2, snappy.Encode(nil, v2msg)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Decode(ProtocolV1, v1Body(t, prompb.TimeSeries{Labels: lbl("__name__", "a.b", "ß", "1"), Samples: one})); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("1.0 accepted a UTF-8 name 2.0 had validated: %v", err)
+	}
 }
 
-// TestLabelCachePredictsTheNextSeries: a series that followed the same
-// series last time is found through the previous entry, without the map,
-// and the prediction never stands in for a different label prefix.
-func TestLabelCachePredictsTheNextSeries(t *testing.T) {
+// TestKnownSeriesPrediction: the series that followed one last time is
+// predicted for the next request, and a prediction never stands in for
+// another label set.
+func TestKnownSeriesPrediction(t *testing.T) {
 	one := []prompb.Sample{{Timestamp: 1, Value: 1}}
 	series := func(names ...string) *prompb.WriteRequest {
 		wr := &prompb.WriteRequest{}
@@ -714,7 +735,9 @@ func TestLabelCachePredictsTheNextSeries(t *testing.T) {
 		}
 		return wr
 	}
-	decode := func(v *v1Decoder, wr *prompb.WriteRequest) []promsample.Series {
+	x := seriesindex.New()
+	v := newV1Decoder(&slabPool{}, x)
+	decode := func(wr *prompb.WriteRequest) []labels.Labels {
 		t.Helper()
 		msg, err := wr.Marshal()
 		if err != nil {
@@ -724,36 +747,25 @@ func TestLabelCachePredictsTheNextSeries(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return req.Series
+		var out []labels.Labels
+		for _, s := range req.Series {
+			out = append(out, x.Labels(s.Ref))
+		}
+		return out
 	}
-	v := newV1Decoder(&slabPool{})
-	decode(v, series("a", "b", "c", "d"))
-	if n := len(v.cache.m); n != 4 {
-		t.Fatalf("%d entries after the first request, want 4", n)
-	}
-	// Keep only a's entry in the map: b, c and d must come through the
-	// links (a miss would put them again).
-	for k, e := range v.cache.m {
-		if e.ls.Get("__name__") != "a" {
-			delete(v.cache.m, k)
+	decode(series("a", "b", "c", "d"))
+	ref := func(name string) seriesindex.Ref { return x.Get(labels.FromStrings("__name__", name, "job", "j")) }
+	for _, p := range [][2]string{{"a", "b"}, {"b", "c"}, {"c", "d"}} {
+		if x.Next(ref(p[0])) != ref(p[1]) {
+			t.Fatalf("%s does not predict %s", p[0], p[1])
 		}
 	}
-	got := decode(v, series("a", "b", "c", "d"))
-	if n := len(v.cache.m); n != 1 {
-		t.Errorf("%d entries in the map, want 1 (b, c and d predicted)", n)
-	}
-	for i, name := range []string{"a", "b", "c", "d"} {
-		if want := labels.FromStrings("__name__", name, "job", "j"); !labels.Equal(got[i].Labels, want) {
-			t.Errorf("series %d: %v, want %v", i, got[i].Labels, want)
-		}
-	}
-
-	// Another successor, and a successor whose prefix merely starts with
-	// the predicted one (one more label): both decode exactly.
+	// Another successor, and one whose labels merely start with the
+	// predicted one's (one more label): both decode exactly.
 	wr := series("a", "x")
 	wr.Timeseries = append(wr.Timeseries, prompb.TimeSeries{Labels: lbl("__name__", "b", "job", "j", "z", "1"), Samples: one})
 	wr.Timeseries = append(wr.Timeseries, prompb.TimeSeries{Labels: lbl("__name__", "c", "job", "j"), Samples: one})
-	got = decode(v, wr)
+	got := decode(wr)
 	want := []labels.Labels{
 		labels.FromStrings("__name__", "a", "job", "j"),
 		labels.FromStrings("__name__", "x", "job", "j"),
@@ -761,24 +773,12 @@ func TestLabelCachePredictsTheNextSeries(t *testing.T) {
 		labels.FromStrings("__name__", "c", "job", "j"),
 	}
 	for i := range want {
-		if !labels.Equal(got[i].Labels, want[i]) {
-			t.Errorf("series %d: %v, want %v", i, got[i].Labels, want[i])
+		if !labels.Equal(got[i], want[i]) {
+			t.Errorf("series %d: %v, want %v", i, got[i], want[i])
 		}
 	}
-
-	// A cache that starts over links only entries of its new generation.
-	v.cache.bytes = maxCacheBytes
-	decode(v, series("e", "f"))
-	if len(v.cache.m) != 2 {
-		t.Fatalf("%d entries after starting over, want 2", len(v.cache.m))
-	}
-	for _, e := range v.cache.m {
-		if e.gen != v.cache.gen {
-			t.Errorf("entry of generation %d in generation %d", e.gen, v.cache.gen)
-		}
-		if e.ls.Get("__name__") == "e" && (e.next == nil || e.next.ls.Get("__name__") != "f") {
-			t.Errorf("e is not linked to f: %+v", e.next)
-		}
+	if x.Next(ref("a")) != ref("x") {
+		t.Error("the prediction did not follow the new successor")
 	}
 }
 
@@ -854,7 +854,7 @@ func TestDecoderAcrossRequestShapes(t *testing.T) {
 			if err != nil {
 				t.Fatalf("round %d, %d x %d: %v", round, sh.series, sh.per, err)
 			}
-			if diff := diffSeries(req.Series, want); diff != "" {
+			if diff := diffSeries(labelled(d.Series(), req.Series), want); diff != "" {
 				t.Fatalf("round %d, %d x %d: %s", round, sh.series, sh.per, diff)
 			}
 			if req.Counts.Samples != sh.series*sh.per {
@@ -878,7 +878,7 @@ func TestRecycleNeverAliasesALiveRequest(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return req, cloneSeries(req.Series)
+		return req, labelled(d.Series(), req.Series)
 	}
 	kept, keptWant := decode(50, 4)
 	for i := range 20 {
@@ -890,16 +890,16 @@ func TestRecycleNeverAliasesALiveRequest(t *testing.T) {
 		if &b.Series[0].Samples[0] == &c.Series[0].Samples[0] {
 			t.Fatalf("round %d: two live requests share their samples", i)
 		}
-		if diff := diffSeries(b.Series, bWant); diff != "" {
+		if diff := diffSeries(labelled(d.Series(), b.Series), bWant); diff != "" {
 			t.Fatalf("round %d: b changed: %s", i, diff)
 		}
-		if diff := diffSeries(c.Series, cWant); diff != "" {
+		if diff := diffSeries(labelled(d.Series(), c.Series), cWant); diff != "" {
 			t.Fatalf("round %d: c changed: %s", i, diff)
 		}
 		d.Recycle(b)
 		d.Recycle(c)
 	}
-	if diff := diffSeries(kept.Series, keptWant); diff != "" {
+	if diff := diffSeries(labelled(d.Series(), kept.Series), keptWant); diff != "" {
 		t.Fatalf("a request never recycled was overwritten: %s", diff)
 	}
 	if d.Recycle(nil); kept.Series == nil {
@@ -907,10 +907,3 @@ func TestRecycleNeverAliasesALiveRequest(t *testing.T) {
 	}
 }
 
-func cloneSeries(in []promsample.Series) []promsample.Series {
-	out := slices.Clone(in)
-	for i := range out {
-		out[i].Samples = slices.Clone(out[i].Samples)
-	}
-	return out
-}

@@ -20,12 +20,18 @@ import (
 	writev2 "github.com/prometheus/prometheus/prompb/io/prometheus/write/v2"
 
 	"github.com/dendro-receiver/dendro-receiver/encoders/promsample"
+	"github.com/dendro-receiver/dendro-receiver/seriesindex"
 )
 
-// fakeSink is a Sink built from a function field; it counts calls.
+// fakeSink is a Sink built from a function field; it counts calls. It
+// hands the function, and keeps, the series with their labels resolved
+// through its series index (x, which the Handler shares: see Series).
 type fakeSink struct {
 	write func(ctx context.Context, source string, series []promsample.Series, meta []promsample.Metadata) (Counts, error)
 	calls atomic.Int64
+
+	once sync.Once
+	x    *seriesindex.Index
 
 	mu     sync.Mutex
 	source string
@@ -35,21 +41,47 @@ type fakeSink struct {
 
 var _ Sink = (*fakeSink)(nil)
 
-func (f *fakeSink) Write(ctx context.Context, source string, series []promsample.Series, meta []promsample.Metadata) (Counts, error) {
+// Series makes the Handler resolve labels with the sink's index.
+func (f *fakeSink) Series() *seriesindex.Index {
+	f.once.Do(func() {
+		if f.x == nil {
+			f.x = seriesindex.New()
+		}
+	})
+	return f.x
+}
+
+func (f *fakeSink) Write(ctx context.Context, source string, rs []Series, meta []promsample.Metadata) (Counts, error) {
 	f.calls.Add(1)
 	// The Handler reuses series' memory once Write returns (see Sink):
 	// keep a copy.
-	kept := slices.Clone(series)
-	for i := range kept {
-		kept[i].Samples = slices.Clone(kept[i].Samples)
-	}
+	series := labelled(f.Series(), rs)
 	f.mu.Lock()
-	f.source, f.series, f.meta = source, kept, meta
+	f.source, f.series, f.meta = source, series, meta
 	f.mu.Unlock()
 	if f.write != nil {
 		return f.write(ctx, source, series, meta)
 	}
 	return countsOf(series), nil
+}
+
+// labelled resolves a request's series through x, copying their samples.
+func labelled(x *seriesindex.Index, rs []Series) []promsample.Series {
+	out := make([]promsample.Series, len(rs))
+	for i, s := range rs {
+		out[i] = promsample.Series{Labels: x.Labels(s.Ref), Samples: slices.Clone(s.Samples), Histograms: s.Histograms, Exemplars: s.Exemplars}
+	}
+	return out
+}
+
+// unlabelled adds the series' labels to x and returns them as a request's.
+func unlabelled(x *seriesindex.Index, ss []promsample.Series) []Series {
+	out := make([]Series, len(ss))
+	for i, s := range ss {
+		ref, _ := x.Add(s.Labels)
+		out[i] = Series{Ref: ref, Samples: s.Samples, Histograms: s.Histograms, Exemplars: s.Exemplars}
+	}
+	return out
 }
 
 func countsOf(series []promsample.Series) Counts {

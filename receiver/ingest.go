@@ -11,7 +11,9 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cespare/xxhash/v2"
@@ -19,6 +21,7 @@ import (
 
 	"github.com/dendro-receiver/dendro-receiver/archive"
 	"github.com/dendro-receiver/dendro-receiver/encoders/promsample"
+	"github.com/dendro-receiver/dendro-receiver/seriesindex"
 )
 
 // SourceLabel is the label that names a source in the archive's catalog.
@@ -33,6 +36,10 @@ const MetadataKeyStreamBuckets = "stream_buckets"
 type IngestOptions struct {
 	Writer *archive.Writer  // the archive's one writer; required
 	Reader *archive.Archive // a read handle on the same file; required
+	// Series is the series index requests name their series in (the
+	// Handler's Options.Series); nil means a new one, which only a caller
+	// writing with its own Decoder can use.
+	Series *seriesindex.Index
 	// Buckets is how many sample streams a source's series are spread over
 	// by metric name (promsample.StreamFor); 0 means the default.
 	Buckets int
@@ -49,13 +56,22 @@ type IngestOptions struct {
 	// WriteTimeout bounds how long a request waits for the writer before it
 	// is answered 503; 0 means 30 s.
 	WriteTimeout time.Duration
-	// Parallelism is how many requests are encoded into rows at once, each
-	// with a label cache of its own; 0 means GOMAXPROCS.
+	// Parallelism is how many requests are encoded into rows at once; 0
+	// means GOMAXPROCS.
 	Parallelism int
+	// IdleTimeout: a series ingest has not written for this long drops its
+	// ingest state (its anchor and its place in the prediction of the
+	// next series), as Prometheus's head drops idle series; its data stays
+	// readable. 0 means DefaultIdleTimeout, negative never.
+	IdleTimeout time.Duration
 	// Now is the clock; nil means time.Now.
 	Now    func() time.Time
 	Logger *slog.Logger
 }
+
+// DefaultIdleTimeout is IngestOptions.IdleTimeout's default: a series
+// that has not been scraped for an hour has most likely gone.
+const DefaultIdleTimeout = time.Hour
 
 // DefaultCompactTargetRows: a merged segment holds up to this many wal rows
 // (requests' shares). 400 small segments read 18x slower than one; merging
@@ -67,6 +83,7 @@ const (
 	sealCheckEvery   = 250 * time.Millisecond
 	retentionEvery   = time.Minute
 	compactionEvery  = 5 * time.Minute
+	idleEvery        = time.Minute
 	compactMinSegs   = 4 // a stream is compacted once it has this many segments
 	defaultWriteWait = 30 * time.Second
 )
@@ -77,24 +94,26 @@ const (
 // writer transaction with writer-assigned, strictly increasing receipt
 // timestamps (so no acknowledged sample is ever dropped for lateness: a
 // row's ts is never at or below its stream's sealed watermark, whatever the
-// samples' own timestamps are). It also runs the background work: sealing
-// by policy, compaction and retention, all through the writer.
+// samples' own timestamps are). Rows name their series once per epoch
+// (epochs.go). It also runs the background work: sealing by policy,
+// compaction and retention, all through the writer.
 type Ingester struct {
 	opts IngestOptions
 	enc  *promsample.Encoder
 	log  *slog.Logger
+	x    *seriesindex.Index
 
 	mu      sync.Mutex
-	sources map[string]archive.SourceID // by name
-	// buckets is each source's stream bucket count, fixed when the source
-	// was created (sources.metadata "stream_buckets"): readers prune streams
-	// by it, so a source must never be written with another count.
-	buckets  map[archive.SourceID]int
+	sources map[string]*sourceState // by name
+	byID    map[archive.SourceID]*sourceState
+	// accounts is each stream's seal account. A source keeps the stream
+	// bucket count it was created with (sources.metadata
+	// "stream_buckets"): readers prune streams by it.
 	accounts map[streamKey]*archive.SegmentAccount
+	stamps   atomic.Uint32 // epoch stamps handed out (newEpoch)
 
-	// scratch lends rowScratches, each with its encoder's label cache, at
-	// most IngestOptions.Parallelism at a time: that bounds the caches'
-	// memory.
+	// scratch lends rowScratches, at most IngestOptions.Parallelism at a
+	// time.
 	scratch *freeList[*rowScratch]
 	// rowBufs holds the byte slices of committed rows for the next
 	// request's rows to be encoded into.
@@ -108,83 +127,65 @@ func (in *Ingester) putScratch(sc *rowScratch) {
 	in.scratch.put(sc)
 }
 
-// rowScratch is what encoding one request's rows reuses: the row encoder
-// and the per-stream split. Borrowed for one Write; nothing kept from it
-// outlives the call (rows are copied out by the encoder).
+// rowScratch is what encoding one request's rows reuses. Borrowed for one
+// Write; nothing kept from it outlives the call (rows are copied out by
+// the encoder).
 type rowScratch struct {
-	enc    promsample.BatchEncoder
-	bucket []uint16              // per series: its bucket
-	series []promsample.Series   // series grouped by bucket
-	meta   []promsample.Metadata // metadata grouped by bucket
-	count  []int                 // per bucket: series, then start offsets
-	mcount []int
-	names  []string // StreamsFor(len(count))
+	enc      promsample.RowEncoder
+	bucket   []uint16 // per series: its bucket
+	order    []int32  // series indexes grouped by bucket
+	count    []int    // per bucket: series, then start offsets
+	meta     [][]promsample.Metadata
+	row      promsample.AnchoredRow
+	local    map[seriesindex.Ref]uint32 // this row's series -> local id
+	anchored []anchorRec                // anchors of the request's rows
 }
 
-// split groups a request's series and metadata by stream exactly as
-// promsample.SplitBatch does (xxhash64 of the metric name mod buckets, in
-// bucket order, empty streams skipped), into the scratch's reused slices:
-// SplitBatch's per-bucket appends were a fifth of the bytes allocated.
-func (sc *rowScratch) split(series []promsample.Series, meta []promsample.Metadata, buckets int) []promsample.StreamBatch {
-	if len(sc.names) != buckets {
-		sc.names = promsample.StreamsFor(buckets)
-	}
-	sc.count = append(sc.count[:0], make([]int, buckets)...)
-	sc.mcount = append(sc.mcount[:0], make([]int, buckets)...)
-	sc.bucket = sc.bucket[:0]
-	for i := range series {
-		b := uint16(xxhash.Sum64String(series[i].Labels.Get(labels.MetricName)) % uint64(buckets))
-		sc.bucket = append(sc.bucket, b)
-		sc.count[b]++
-	}
-	mb := make([]uint16, len(meta))
-	for i := range meta {
-		mb[i] = uint16(xxhash.Sum64String(meta[i].MetricFamily) % uint64(buckets))
-		sc.mcount[mb[i]]++
-	}
-	// Counts become start offsets; the slices are filled in wire order.
-	starts := make([]int, buckets+1)
-	mstarts := make([]int, buckets+1)
-	for b := 0; b < buckets; b++ {
-		starts[b+1] = starts[b] + sc.count[b]
-		mstarts[b+1] = mstarts[b] + sc.mcount[b]
-		sc.count[b], sc.mcount[b] = starts[b], mstarts[b]
-	}
-	sc.series = append(sc.series[:0], make([]promsample.Series, len(series))...)
-	for i := range series {
-		b := sc.bucket[i]
-		sc.series[sc.count[b]] = series[i]
-		sc.count[b]++
-	}
-	sc.meta = append(sc.meta[:0], make([]promsample.Metadata, len(meta))...)
-	for i := range meta {
-		b := mb[i]
-		sc.meta[sc.mcount[b]] = meta[i]
-		sc.mcount[b]++
-	}
-	var out []promsample.StreamBatch
-	for b := 0; b < buckets; b++ {
-		ss := sc.series[starts[b]:starts[b+1]:starts[b+1]]
-		ms := sc.meta[mstarts[b]:mstarts[b+1]:mstarts[b+1]]
-		if len(ss) == 0 && len(ms) == 0 {
-			continue
-		}
-		var batch promsample.Batch
-		if len(ss) > 0 {
-			batch.Series = ss
-		}
-		if len(ms) > 0 {
-			batch.Metadata = ms
-		}
-		out = append(out, promsample.StreamBatch{Stream: sc.names[b], Batch: batch})
-	}
-	return out
+// anchorRec is an anchor a request's row carries: the series' stamp once
+// the row committed.
+type anchorRec struct {
+	ref   seriesindex.Ref
+	stamp uint64
 }
 
 // release drops the references the scratch holds into a request.
 func (sc *rowScratch) release() {
-	clear(sc.series)
-	clear(sc.meta)
+	for i := range sc.meta {
+		sc.meta[i] = sc.meta[i][:0]
+	}
+	clear(sc.row.Anchors)
+	clear(sc.row.Series)
+	sc.row = promsample.AnchoredRow{Anchors: sc.row.Anchors[:0], Series: sc.row.Series[:0]}
+	sc.anchored = sc.anchored[:0]
+}
+
+// split groups a request's series by stream bucket (xxhash64 of the
+// metric name mod buckets, as promsample.StreamFor), in wire order within
+// a bucket, and its metadata likewise.
+func (sc *rowScratch) split(x *seriesindex.Index, series []Series, meta []promsample.Metadata, buckets int) {
+	sc.count = append(sc.count[:0], make([]int, buckets+1)...)
+	sc.bucket = sc.bucket[:0]
+	for i := range series {
+		b := uint16(xxhash.Sum64String(x.Value(series[i].Ref, labels.MetricName)) % uint64(buckets))
+		sc.bucket = append(sc.bucket, b)
+		sc.count[b+1]++
+	}
+	for b := 0; b < buckets; b++ {
+		sc.count[b+1] += sc.count[b]
+	}
+	sc.order = append(sc.order[:0], make([]int32, len(series))...)
+	pos := append([]int(nil), sc.count[:buckets]...)
+	for i, b := range sc.bucket {
+		sc.order[pos[b]] = int32(i)
+		pos[b]++
+	}
+	if len(sc.meta) < buckets {
+		sc.meta = append(sc.meta, make([][]promsample.Metadata, buckets-len(sc.meta))...)
+	}
+	for _, m := range meta {
+		b := xxhash.Sum64String(m.MetricFamily) % uint64(buckets)
+		sc.meta[b] = append(sc.meta[b], m)
+	}
 }
 
 type streamKey struct {
@@ -199,6 +200,9 @@ func NewIngester(ctx context.Context, opts IngestOptions) (*Ingester, error) {
 	if opts.Writer == nil || opts.Reader == nil {
 		return nil, errors.New("receiver: IngestOptions needs Writer and Reader")
 	}
+	if opts.Series == nil {
+		opts.Series = seriesindex.New()
+	}
 	if opts.Buckets <= 0 {
 		opts.Buckets = promsample.DefaultStreamBuckets
 	}
@@ -211,6 +215,9 @@ func NewIngester(ctx context.Context, opts IngestOptions) (*Ingester, error) {
 	if opts.WriteTimeout <= 0 {
 		opts.WriteTimeout = defaultWriteWait
 	}
+	if opts.IdleTimeout == 0 {
+		opts.IdleTimeout = DefaultIdleTimeout
+	}
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
@@ -218,8 +225,8 @@ func NewIngester(ctx context.Context, opts IngestOptions) (*Ingester, error) {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	opts.Seal = opts.Seal.WithDefaults()
-	in := &Ingester{opts: opts, enc: &promsample.Encoder{}, log: opts.Logger,
-		sources: map[string]archive.SourceID{}, buckets: map[archive.SourceID]int{},
+	in := &Ingester{opts: opts, enc: &promsample.Encoder{}, log: opts.Logger, x: opts.Series,
+		sources: map[string]*sourceState{}, byID: map[archive.SourceID]*sourceState{},
 		accounts: map[streamKey]*archive.SegmentAccount{}}
 	in.scratch = newFreeList(cmp.Or(max(opts.Parallelism, 0), runtime.GOMAXPROCS(0)), func() *rowScratch { return new(rowScratch) })
 
@@ -229,6 +236,7 @@ func NewIngester(ctx context.Context, opts IngestOptions) (*Ingester, error) {
 		last    int64
 		has     bool
 		buckets int
+		live    []string // streams with live rows
 	}
 	var todo []resumable
 	if err := opts.Reader.View(ctx, func(tx *archive.ReadTx) error {
@@ -249,7 +257,21 @@ func NewIngester(ctx context.Context, opts IngestOptions) (*Ingester, error) {
 			if v, err := strconv.Atoi(s.Metadata[MetadataKeyStreamBuckets]); err == nil && v >= 1 && v <= promsample.MaxStreamBuckets {
 				buckets = v
 			}
-			todo = append(todo, resumable{s.ID, name, last, has, buckets})
+			r := resumable{id: s.ID, name: name, last: last, has: has, buckets: buckets}
+			streams, err := tx.Streams(s.ID)
+			if err != nil {
+				return err
+			}
+			for _, st := range streams {
+				span, err := tx.LiveSpan(s.ID, st)
+				if err != nil {
+					return err
+				}
+				if span.Rows > 0 {
+					r.live = append(r.live, st)
+				}
+			}
+			todo = append(todo, r)
 		}
 		return nil
 	}); err != nil {
@@ -263,8 +285,23 @@ func NewIngester(ctx context.Context, opts IngestOptions) (*Ingester, error) {
 		if _, err := opts.Writer.ResumeSource(ctx, r.id, anchor); err != nil {
 			return nil, fmt.Errorf("receiver: resuming source %q (id %d): %w", r.name, r.id, err)
 		}
-		in.sources[r.name] = r.id
-		in.buckets[r.id] = r.buckets
+		st := in.newSourceState(r.id, r.buckets)
+		// Rule 3 (epochs.go): close whatever epoch the last process left
+		// open in a stream, so that its rows can be sealed.
+		var markers []archive.Row
+		for _, stream := range r.live {
+			markers = append(markers, archive.Row{Stream: stream, Data: promsample.AppendEpochClose(nil, rand.Uint64())})
+		}
+		if len(markers) > 0 {
+			if _, err := opts.Writer.AppendWait(ctx, []archive.SourceRows{{Source: r.id, Rows: markers}}, true); err != nil {
+				return nil, fmt.Errorf("receiver: resuming source %q (id %d): %w", r.name, r.id, err)
+			}
+			// Accounted, so the live rows they close are sealed by age
+			// even if the stream gets no new row.
+			in.account(r.id, markers)
+		}
+		in.sources[r.name] = st
+		in.byID[r.id] = st
 		if r.buckets != opts.Buckets {
 			in.log.Warn("source keeps the stream bucket count it was created with", "source", r.name,
 				"stream_buckets", r.buckets, "flag", opts.Buckets)
@@ -274,19 +311,22 @@ func NewIngester(ctx context.Context, opts IngestOptions) (*Ingester, error) {
 	return in, nil
 }
 
-// source returns the id of the named source, adding it on first sight.
-func (in *Ingester) source(ctx context.Context, name string) (archive.SourceID, error) {
+// Series returns the series index the ingester writes through.
+func (in *Ingester) Series() *seriesindex.Index { return in.x }
+
+// source returns the state of the named source, adding it on first sight.
+func (in *Ingester) source(ctx context.Context, name string) (*sourceState, error) {
 	in.mu.Lock()
-	id, ok := in.sources[name]
+	st, ok := in.sources[name]
 	in.mu.Unlock()
 	if ok {
-		return id, nil
+		return st, nil
 	}
 	// Serialize additions so two first requests of one sender add it once.
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	if id, ok := in.sources[name]; ok {
-		return id, nil
+	if st, ok := in.sources[name]; ok {
+		return st, nil
 	}
 	src, err := in.opts.Writer.AddSource(ctx, archive.SourceSpec{
 		Labels:            map[string]string{SourceLabel: name},
@@ -294,42 +334,58 @@ func (in *Ingester) source(ctx context.Context, name string) (archive.SourceID, 
 		ClockAnchorWallNS: in.opts.Now().UnixNano(),
 	}, "")
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	in.sources[name] = src.ID()
-	in.buckets[src.ID()] = in.opts.Buckets
+	st = in.newSourceState(src.ID(), in.opts.Buckets)
+	in.sources[name] = st
+	in.byID[src.ID()] = st
 	in.log.Info("added source", "source", name, "id", src.ID(), "uuid", src.UUID())
-	return src.ID(), nil
+	return st, nil
 }
 
 // Write commits one request's data. It returns nil only when the writer
 // reported every row committed and none dropped.
-func (in *Ingester) Write(ctx context.Context, name string, series []promsample.Series, meta []promsample.Metadata) (Counts, error) {
+func (in *Ingester) Write(ctx context.Context, name string, series []Series, meta []promsample.Metadata) (Counts, error) {
 	ctx, cancel := context.WithTimeout(ctx, in.opts.WriteTimeout)
 	defer cancel()
-	id, err := in.source(ctx, name)
+	st, err := in.source(ctx, name)
 	if err != nil {
 		return Counts{}, in.writeError(err)
 	}
-	in.mu.Lock()
-	buckets := in.buckets[id]
-	in.mu.Unlock()
 	sc := in.getScratch()
-	parts := sc.split(series, meta, buckets)
-	rows := make([]archive.Row, 0, len(parts))
-	for _, p := range parts {
+	defer in.putScratch(sc)
+	sc.split(in.x, series, meta, st.buckets)
+
+	// Encode and enqueue under the epochs' read lock (epochs.go, rule 1).
+	st.mu.RLock()
+	epochs := make([]*epochState, 0, 4)
+	var rows []archive.Row
+	for b := 0; b < st.buckets; b++ {
+		idx := sc.order[sc.count[b]:sc.count[b+1]]
+		if len(idx) == 0 && len(sc.meta[b]) == 0 {
+			continue
+		}
+		ep := st.epochs[b]
 		var err error
-		if rows, err = appendRows(&sc.enc, &in.rowBufs, rows, p.Stream, &p.Batch); err != nil {
-			in.putScratch(sc)
+		if rows, err = in.appendRows(sc, ep, rows, st.names[b], series, idx, sc.meta[b]); err != nil {
+			st.mu.RUnlock()
 			return Counts{}, fmt.Errorf("%w: %w", ErrRejected, err)
 		}
+		for len(epochs) < len(rows) {
+			epochs = append(epochs, ep)
+		}
 	}
-	in.putScratch(sc)
 	if len(rows) == 0 {
+		st.mu.RUnlock()
 		return Counts{}, nil
 	}
 	sending(ctx)
-	res, err := in.opts.Writer.AppendWait(ctx, []archive.SourceRows{{Source: id, Rows: rows}}, true)
+	q, err := in.opts.Writer.AppendQueued(ctx, []archive.SourceRows{{Source: st.id, Rows: rows}}, true)
+	st.mu.RUnlock()
+	if err != nil {
+		return Counts{}, in.writeError(err)
+	}
+	res, err := q.Wait(ctx)
 	if err != nil {
 		return Counts{}, in.writeError(err)
 	}
@@ -340,7 +396,29 @@ func (in *Ingester) Write(ctx context.Context, name string, series []promsample.
 		}
 		return Counts{}, fmt.Errorf("%w: %w", ErrIncompleteWrite, in.writeError(cause))
 	}
-	in.account(id, rows)
+	// Committed: the anchors may now be referred to (rule 2).
+	now := in.opts.Now()
+	for _, a := range sc.anchored {
+		in.x.SetAnchor(a.ref, a.stamp)
+	}
+	var c Counts
+	for i := range series {
+		in.x.Touch(series[i].Ref, now)
+		c.Samples += len(series[i].Samples)
+		c.Histograms += len(series[i].Histograms)
+		c.Exemplars += len(series[i].Exemplars)
+	}
+	var grown []int
+	for i, r := range rows {
+		ep := epochs[i]
+		ep.rows.Add(1)
+		if ep.bytes.Add(int64(len(r.Data))) >= in.opts.Seal.MaxBytes || ep.rows.Load() >= in.opts.Seal.MaxRows {
+			if b := st.bucketOf(r.Stream); b >= 0 {
+				grown = append(grown, b)
+			}
+		}
+	}
+	in.account(st.id, rows)
 	// Committed: the writer has let go of the rows' bytes (it reads them
 	// only until the commit it answered), so they can carry the next
 	// request's rows. On an error they may still be queued, and are left
@@ -348,34 +426,78 @@ func (in *Ingester) Write(ctx context.Context, name string, series []promsample.
 	for i := range rows {
 		in.rowBufs.put(rows[i].Data)
 	}
-	var c Counts
-	for _, s := range series {
-		c.Samples += len(s.Samples)
-		c.Histograms += len(s.Histograms)
-		c.Exemplars += len(s.Exemplars)
+	if len(grown) > 0 {
+		// An epoch that grew to a seal's worth (seals falling behind):
+		// close it, so that a bounded seal can still take it whole.
+		if err := in.closeEpochs(ctx, st, grown, false); err != nil {
+			in.log.Warn("closing an outgrown epoch", "source", st.id, "err", err)
+		}
 	}
 	return c, nil
 }
 
-// appendRows encodes one stream's share of a request as a row, or, when it
-// is larger than a row may be (promsample.MaxBatchBytes), as several rows of
-// that stream, halving its series until each fits. All of them go into the
-// request's one transaction, and the writer stamps each with its own ts.
-func appendRows(enc *promsample.BatchEncoder, bufs *bufStack, rows []archive.Row, stream string, b *promsample.Batch) ([]archive.Row, error) {
-	data, err := enc.Append(bufs.get(), b)
+// appendRows encodes one stream's share of a request (series[idx...] and
+// meta) as a row of epoch ep, or, when it is larger than a row may be
+// (promsample.MaxBatchBytes), as several rows, halving its series until
+// each fits. A series the epoch has a committed anchor for is named by its
+// local id; any other is anchored in the row.
+func (in *Ingester) appendRows(sc *rowScratch, ep *epochState, rows []archive.Row, stream string, series []Series, idx []int32, meta []promsample.Metadata) ([]archive.Row, error) {
+	r := &sc.row
+	r.Epoch, r.Metadata = ep.id, meta
+	r.Anchors, r.Series = r.Anchors[:0], r.Series[:0]
+	if sc.local == nil {
+		sc.local = map[seriesindex.Ref]uint32{}
+	}
+	clear(sc.local)
+	anchoredFrom := len(sc.anchored)
+	var fresh []seriesindex.Ref
+	for _, i := range idx {
+		ref := series[i].Ref
+		if _, ok := sc.local[ref]; ok {
+			continue
+		}
+		if a := in.x.Anchor(ref); a != 0 && uint32(a>>32) == ep.stamp {
+			sc.local[ref] = uint32(a)
+			continue
+		}
+		sc.local[ref] = 0
+		fresh = append(fresh, ref)
+	}
+	if len(fresh) > 0 {
+		if uint64(ep.next.Load())+uint64(len(fresh)) >= promsample.MaxEpochSeries {
+			return rows, fmt.Errorf("stream %s: epoch holds %d series", stream, ep.next.Load())
+		}
+		first := ep.next.Add(uint32(len(fresh))) - uint32(len(fresh))
+		r.FirstLocal = first
+		var sb labels.ScratchBuilder
+		for k, ref := range fresh {
+			sc.local[ref] = first + uint32(k)
+			r.Anchors = append(r.Anchors, in.x.LabelsWith(ref, &sb))
+			sc.anchored = append(sc.anchored, anchorRec{ref: ref, stamp: uint64(ep.stamp)<<32 | uint64(first+uint32(k))})
+		}
+	} else {
+		r.FirstLocal = ep.next.Load()
+	}
+	for _, i := range idx {
+		s := &series[i]
+		r.Series = append(r.Series, promsample.RowSeries{Local: sc.local[s.Ref], Samples: s.Samples, Histograms: s.Histograms, Exemplars: s.Exemplars})
+	}
+	data, err := sc.enc.Append(in.rowBufs.get(), r)
 	if err == nil {
 		return append(rows, archive.Row{Stream: stream, Data: data}), nil
 	}
-	if !errors.Is(err, promsample.ErrTooLarge) || len(b.Series) < 2 {
+	if !errors.Is(err, promsample.ErrTooLarge) || len(idx) < 2 {
 		return rows, err
 	}
-	half := len(b.Series) / 2
-	first := promsample.Batch{Series: b.Series[:half], Metadata: b.Metadata}
-	second := promsample.Batch{Series: b.Series[half:]}
-	if rows, err = appendRows(enc, bufs, rows, stream, &first); err != nil {
+	// Too large: two rows, each anchoring its own series afresh (the local
+	// ids reserved above stay unused).
+	sc.anchored = sc.anchored[:anchoredFrom]
+	half := len(idx) / 2
+	first, second := idx[:half:half], idx[half:]
+	if rows, err = in.appendRows(sc, ep, rows, stream, series, first, meta); err != nil {
 		return rows, err
 	}
-	return appendRows(enc, bufs, rows, stream, &second)
+	return in.appendRows(sc, ep, rows, stream, series, second, nil)
 }
 
 // writeError maps an archive failure onto the handler's retry contract.
@@ -419,10 +541,18 @@ func (in *Ingester) Run(ctx context.Context) {
 	defer retT.Stop()
 	compT := time.NewTicker(compactionEvery)
 	defer compT.Stop()
+	idleT := time.NewTicker(idleEvery)
+	defer idleT.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-idleT.C:
+			if in.opts.IdleTimeout > 0 {
+				if n := in.x.Idle(in.opts.Now(), in.opts.IdleTimeout); n > 0 {
+					in.log.Debug("series went idle", "series", n, "idle_timeout", in.opts.IdleTimeout)
+				}
+			}
 		case <-sealT.C:
 			in.SealDue(ctx)
 		case <-retT.C:
@@ -477,6 +607,18 @@ func (in *Ingester) sealDueRound(ctx context.Context) bool {
 	again := false
 	for src, streams := range due {
 		slices.SortFunc(streams, func(a, b dueStream) int { return strings.Compare(a.stream, b.stream) })
+		// A seal takes closed epochs only (epochs.go): close theirs first.
+		if st := in.sourceByID(src); st != nil {
+			var buckets []int
+			for _, d := range streams {
+				if b := st.bucketOf(d.stream); b >= 0 {
+					buckets = append(buckets, b)
+				}
+			}
+			if err := in.closeEpochs(ctx, st, buckets, false); err != nil && ctx.Err() == nil {
+				in.log.Warn("closing epochs before a seal", "source", src, "err", err)
+			}
+		}
 		// One stream per seal: a seal holds its streams' live rows in memory
 		// while they are encoded, and streams that rotated together fall due
 		// together (8 x 900 rows were a third of the peak heap).
@@ -539,6 +681,11 @@ func (in *Ingester) SealAll(ctx context.Context) error {
 	in.mu.Unlock()
 	for src, streams := range due {
 		sort.Strings(streams)
+		if st := in.sourceByID(src); st != nil {
+			if err := in.closeAllEpochs(ctx, st); err != nil {
+				return err
+			}
+		}
 		// A bounded seal (archive.WriterOptions.MaxSealRows) leaves rows
 		// live: seal again the streams that sealed until none has any.
 		for len(streams) > 0 {
@@ -664,11 +811,17 @@ func (in *Ingester) sourceIDs() []archive.SourceID {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	ids := make([]archive.SourceID, 0, len(in.sources))
-	for _, id := range in.sources {
-		ids = append(ids, id)
+	for _, st := range in.sources {
+		ids = append(ids, st.id)
 	}
 	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
 	return ids
+}
+
+func (in *Ingester) sourceByID(id archive.SourceID) *sourceState {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.byID[id]
 }
 
 // Sources returns the number of sources and of streams with rows accounted

@@ -435,13 +435,15 @@ func TestASourceKeepsItsStreamBuckets(t *testing.T) {
 	}
 }
 
-// TestBoundedSealsCarryTheirLeftRows: with a writer that seals at most a
-// policy's worth of rows, as the binary's does, the rows a seal leaves live
-// stay counted toward the stream's next seal: SealDue seals again while the
-// stream is still due, and SealAll until nothing is live.
+// TestBoundedSealsCarryTheirLeftRows: with a writer that bounds what a
+// seal takes, as the binary's does, the rows a seal leaves live stay
+// counted toward the stream's next seal: SealDue seals again while the
+// stream is still due, and SealAll until nothing is live. An epoch that
+// reaches the policy is closed on its own (epochs.go), so that the bound,
+// set above that, always holds a closed epoch.
 func TestBoundedSealsCarryTheirLeftRows(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "a.db")
-	s := openStackWriter(t, path, archive.SealPolicy{MaxRows: 2}, 0, archive.WriterOptions{MaxSealRows: 2, DeferPrunes: true})
+	s := openStackWriter(t, path, archive.SealPolicy{MaxRows: 2}, 0, archive.WriterOptions{MaxSealRows: 6, DeferPrunes: true})
 	send := func(ts int64) {
 		t.Helper()
 		wr := prompb.WriteRequest{Timeseries: []prompb.TimeSeries{{Labels: lbl("__name__", "m1"), Samples: []prompb.Sample{{Timestamp: ts, Value: float64(ts)}}}}}
@@ -469,20 +471,24 @@ func TestBoundedSealsCarryTheirLeftRows(t *testing.T) {
 	for ts := int64(1); ts <= 7; ts++ {
 		send(ts) // one row each, all in m1's stream
 	}
+	// Epochs closed themselves every 2 rows: 7 rows and 3 markers.
+	if n := live(); n != 10 {
+		t.Fatalf("%d rows live, want 10 (7 rows and 3 close markers)", n)
+	}
 	before := readBack(t, path)
 	s.ing.SealDue(context.Background())
-	// 7 rows due: seals of 2, 2 and 2 rows, each carrying the rest into
-	// the account until 1 row is left, below the policy.
-	if st := s.w.Stats(); st.Seals != 3 {
-		t.Fatalf("%d seals after SealDue, want 3 (7 rows, 2 a seal, 1 left)", st.Seals)
+	// SealDue closes the open epoch (a fourth marker): 11 rows, sealed as
+	// the bound of 6 allows: two epochs (6 rows), then the rest (5).
+	if st := s.w.Stats(); st.Seals != 2 {
+		t.Fatalf("%d seals after SealDue, want 2", st.Seals)
 	}
-	if n := live(); n != 1 {
-		t.Fatalf("%d rows live after SealDue, want 1", n)
+	if n := live(); n != 0 {
+		t.Fatalf("%d rows live after SealDue, want 0", n)
 	}
-	send(8) // the carried row and this one make the policy's 2
+	send(8) // below the policy's 2
 	s.ing.SealDue(context.Background())
-	if st, n := s.w.Stats(), live(); st.Seals != 4 || n != 0 {
-		t.Fatalf("%d seals and %d rows live, want 4 and 0", st.Seals, n)
+	if st, n := s.w.Stats(), live(); st.Seals != 2 || n != 1 {
+		t.Fatalf("%d seals and %d rows live, want 2 and 1", st.Seals, n)
 	}
 	for ts := int64(9); ts <= 13; ts++ {
 		send(ts)

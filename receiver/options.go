@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/dendro-receiver/dendro-receiver/seriesindex"
 )
 
 // Defaults applied by Options for zero fields.
@@ -58,8 +60,11 @@ type Options struct {
 	// (see Pending).
 	Pending *Pending
 	// Parallelism is how many remote-write 1.0 requests are decoded at
-	// once, each with a label cache of its own; 0 means GOMAXPROCS.
+	// once; 0 means GOMAXPROCS.
 	Parallelism int
+	// Series is the series index requests' labels are resolved with (the
+	// one the Sink writes through); nil makes the Decoder one of its own.
+	Series *seriesindex.Index
 }
 
 // withDefaults returns o with zero fields replaced by defaults, or an error

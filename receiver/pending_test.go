@@ -58,7 +58,7 @@ func TestTheIngesterHandsTheRequestOver(t *testing.T) {
 	ctx, tok := p.begin(context.Background())
 	defer tok.end()
 	series := []promsample.Series{{Labels: labels.FromStrings("__name__", "m"), Samples: []promsample.Sample{{T: 1, V: 1}}}}
-	if _, err := s.ing.Write(ctx, DefaultSource, series, nil); err != nil {
+	if _, err := s.ing.Write(ctx, DefaultSource, unlabelled(s.ing.Series(), series), nil); err != nil {
 		t.Fatal(err)
 	}
 	if n := p.Count(); n != 0 {

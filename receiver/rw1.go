@@ -7,10 +7,10 @@ import (
 	"unicode/utf8"
 
 	"github.com/prometheus/common/model"
-	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/prompb"
 
 	"github.com/dendro-receiver/dendro-receiver/encoders/promsample"
+	"github.com/dendro-receiver/dendro-receiver/seriesindex"
 )
 
 // v1Decoder decodes a prompb.WriteRequest straight from the wire into a
@@ -22,9 +22,9 @@ import (
 type v1Decoder struct {
 	sl    *seriesLabels
 	el    *exemplarLabels
-	cache labelCache // label prefix bytes -> labels; kept across requests
-	slabs *slabPool  // the Decoder's, shared by its v1Decoders
-	msg   []byte     // snappy output, reused (see msgBuf)
+	x     *seriesindex.Index // the Decoder's; shared
+	slabs *slabPool          // the Decoder's, shared by its v1Decoders
+	msg   []byte             // snappy output, reused (see msgBuf)
 
 	scheme model.ValidationScheme
 	req    *Request
@@ -34,9 +34,11 @@ type v1Decoder struct {
 	hists   []promsample.Histogram
 	exs     []promsample.Exemplar
 	offs    []seriesOffsets
-	// prev is the cache entry of the request's last series, and last the
-	// entry seriesFields used or made (nil when the series was not cached).
-	prev, last *cachedLabels
+	// prev is the request's last series so far (0 at its start): the
+	// index predicts the next one from it (seriesindex.Index.Next).
+	prev   seriesindex.Ref
+	wire   []wireLabel // scratch: a series' label fields
+	hasher promsample.SeriesHasher
 
 	// Series and samples per KiB of the last message decoded (see sizes).
 	seriesPerKiB, samplesPerKiB float64
@@ -44,8 +46,8 @@ type v1Decoder struct {
 
 type seriesOffsets struct{ s0, s1, h0, h1, e0, e1 int }
 
-func newV1Decoder(slabs *slabPool) *v1Decoder {
-	return &v1Decoder{sl: newSeriesLabels(), el: newExemplarLabels(), slabs: slabs}
+func newV1Decoder(slabs *slabPool, x *seriesindex.Index) *v1Decoder {
+	return &v1Decoder{sl: newSeriesLabels(), el: newExemplarLabels(), slabs: slabs, x: x}
 }
 
 // msgBuf returns a buffer of at least n bytes for a decoded message. The
@@ -73,8 +75,11 @@ func (v *v1Decoder) decode(msg []byte, utf8Names bool) (*Request, error) {
 	sl := v.slabs.get(nSeries, nSamples)
 	v.req = &Request{Protocol: ProtocolV1, Series: sl.series, slab: sl}
 	v.samples, v.hists, v.exs, v.offs = sl.samples, nil, nil, v.offs[:0]
-	v.prev = nil
-	defer func() { v.req, v.samples, v.hists, v.exs, v.prev, v.last = nil, nil, nil, nil, nil, nil }()
+	v.prev = 0
+	defer func() {
+		v.req, v.samples, v.hists, v.exs, v.prev = nil, nil, nil, nil, 0
+		clear(v.wire) // strings alias the message
+	}()
 
 	idx, midx := 0, 0 // series and metadata index in wire order, for reasons
 	for b := msg; len(b) > 0; {
@@ -198,42 +203,64 @@ func malformed(msg string, err error) error {
 	return fmt.Errorf("%w: %s: %v", ErrMalformed, msg, err)
 }
 
-// errLateLabels: a label field after the cached label prefix; the series is
-// decoded again without the cache.
+// errLateLabels: a label field after the leading label fields; the series
+// is decoded again, validating all of its labels.
 var errLateLabels = errors.New("label after the label prefix")
 
 // series decodes TimeSeries number idx.
 //
 // The label fields a sender writes first, contiguous (Prometheus always
-// does), are the key of the label cache: the same bytes always decode to the
-// same valid labels, so a hit skips parsing, validating and building them.
-// In the steady state (the same series every few seconds) that is most of
-// the decode time.
+// does), name a series the index may know: the same labels always decode
+// to the same valid set, so a series found by them (the one that followed
+// the previous series last time, or by hash) skips parsing into labels,
+// validating and building them. In the steady state (the same series every
+// scrape) that is most of the decode time. Otherwise every label is
+// validated and the set added to the index.
 func (v *v1Decoder) series(idx int, b []byte) error {
 	o := seriesOffsets{s0: len(v.samples), h0: len(v.hists), e0: len(v.exs)}
-	v.last = nil // set by seriesFields only when it returns nil
-	if ent := v.cache.predict(v.prev, b); ent != nil {
-		err := v.seriesFields(idx, b[len(ent.key):], o, ent, 0)
+	key := labelPrefix(b)
+	if ref := v.known(key); ref != 0 {
+		err := v.seriesFields(idx, b[len(key):], o, ref)
 		if err != errLateLabels {
-			v.prev = v.cache.follow(v.prev, v.last)
+			v.follow(ref, err)
 			return err
 		}
 		v.samples, v.hists, v.exs = v.samples[:o.s0], v.hists[:o.h0], v.exs[:o.e0]
 	}
-	key := labelPrefix(b)
-	if len(key) > 0 {
-		if ent, ok := v.cache.get(key); ok {
-			err := v.seriesFields(idx, b[len(key):], o, ent, 0)
-			if err != errLateLabels {
-				v.prev = v.cache.follow(v.prev, v.last)
-				return err
-			}
-			v.samples, v.hists, v.exs = v.samples[:o.s0], v.hists[:o.h0], v.exs[:o.e0]
-		}
-	}
-	err := v.seriesFields(idx, b, o, nil, len(key))
-	v.prev = v.cache.follow(v.prev, v.last)
+	err := v.seriesFields(idx, b, o, 0)
 	return err
+}
+
+// known returns the known series the label fields key name, or 0.
+func (v *v1Decoder) known(key []byte) seriesindex.Ref {
+	v.wire = v.wire[:0]
+	for rest := key; len(rest) > 0; {
+		_, _, r, err := field(rest)
+		if err != nil {
+			return 0
+		}
+		var sub []byte
+		if sub, rest, err = bytesField(r); err != nil {
+			return 0
+		}
+		name, value, err := label(sub)
+		if err != nil {
+			return 0
+		}
+		v.wire = append(v.wire, wireLabel{name, value})
+	}
+	return knownSeries(v.x, v.prev, v.wire, v.scheme == model.LegacyValidation, &v.hasher)
+}
+
+// follow records ref as the request's series after v.prev.
+func (v *v1Decoder) follow(ref seriesindex.Ref, err error) {
+	if err != nil || ref == 0 {
+		return
+	}
+	if v.prev != 0 {
+		v.x.SetNext(v.prev, ref)
+	}
+	v.prev = ref
 }
 
 // labelPrefix returns the leading run of well-formed label fields of a
@@ -253,14 +280,13 @@ func labelPrefix(b []byte) []byte {
 	return b[:n]
 }
 
-// seriesFields decodes the fields of a TimeSeries. With cached set, b
-// follows the label prefix and ls are its labels; otherwise b is the whole
-// TimeSeries and its first prefixEnd bytes are the label prefix.
-func (v *v1Decoder) seriesFields(idx int, b []byte, o seriesOffsets, ent *cachedLabels, prefixEnd int) error {
-	cached := ent != nil
+// seriesFields decodes the fields of a TimeSeries. With ref, b follows the
+// label prefix and ref names its (known, valid) labels; otherwise b is the
+// whole TimeSeries, its labels are validated and the series is found in,
+// or added to, the index.
+func (v *v1Decoder) seriesFields(idx int, b []byte, o seriesOffsets, ref seriesindex.Ref) error {
+	known := ref != 0
 	v.sl.reset(v.scheme)
-	all := b
-	cacheable := !cached && prefixEnd > 0 // until a label turns up beyond the prefix
 	for len(b) > 0 {
 		num, typ, rest, err := field(b)
 		if err != nil {
@@ -283,11 +309,8 @@ func (v *v1Decoder) seriesFields(idx int, b []byte, o seriesOffsets, ent *cached
 		}
 		switch num {
 		case 1: // labels
-			if cached {
+			if known {
 				return errLateLabels
-			}
-			if len(all)-len(b) > prefixEnd { // this field ends beyond the prefix
-				cacheable = false
 			}
 			name, value, err := label(sub)
 			if err != nil {
@@ -323,26 +346,24 @@ func (v *v1Decoder) seriesFields(idx int, b []byte, o seriesOffsets, ent *cached
 			v.hists = append(v.hists, ph)
 		}
 	}
-	var ls labels.Labels
-	var hint *promsample.SeriesHint
-	if cached {
-		ls, hint = ent.ls, &ent.hint
-		v.last = ent
-	} else {
-		var r string
-		if ls, r = v.sl.labels(); r != "" {
+	o.s1, o.h1, o.e1 = len(v.samples), len(v.hists), len(v.exs)
+	empty := o.s0 == o.s1 && o.h0 == o.h1 && o.e0 == o.e1
+	if !known {
+		ls, r := v.sl.labels()
+		if r != "" {
 			return invalid(idx, "%s", r)
 		}
-		if cacheable {
-			v.last = v.cache.put(all[:prefixEnd], ls)
-			hint = &v.last.hint
+		if empty {
+			return nil // nothing to store; labels were still validated
 		}
+		ref, _ = v.x.Add(ls)
+		v.x.SetValidated(ref, v.scheme == model.LegacyValidation)
+		v.follow(ref, nil)
 	}
-	o.s1, o.h1, o.e1 = len(v.samples), len(v.hists), len(v.exs)
-	if o.s0 == o.s1 && o.h0 == o.h1 && o.e0 == o.e1 {
-		return nil // nothing to store; labels were still validated
+	if empty {
+		return nil
 	}
-	v.req.Series = append(v.req.Series, promsample.Series{Labels: ls, Hint: hint})
+	v.req.Series = append(v.req.Series, Series{Ref: ref})
 	v.offs = append(v.offs, o)
 	return nil
 }
@@ -485,86 +506,4 @@ func (v *v1Decoder) metadata(idx int, b []byte) error {
 		Unit:         m.Unit,
 	})
 	return nil
-}
-
-// labelCache maps the bytes of a TimeSeries' label fields to the labels
-// they decode to, for one v1Decoder (no locking: a decoder serves one
-// request at a time). Only label sets that validated under the decoder's
-// scheme are put, and labels.Labels are immutable, so entries are shared
-// with Sinks freely. Bounded: when full it starts over.
-//
-// Senders send the same series in the same order request after request
-// (Prometheus's shards, rwload's senders), so each entry also remembers the
-// entry that followed it last time: when the next series' bytes start with
-// that entry's key, the map lookup and the scan for the key's end are
-// skipped (together 8% of the receiver's CPU under rwload).
-type labelCache struct {
-	m     map[string]*cachedLabels
-	bytes int
-	gen   uint32 // bumped when the cache starts over
-}
-
-// cachedLabels is a cached label set and the hint row encoders keep for
-// it (promsample.SeriesHint), handed out with every Series holding it.
-type cachedLabels struct {
-	ls   labels.Labels
-	hint promsample.SeriesHint
-	key  string // the label-prefix bytes it was put under (the map's key)
-	gen  uint32
-	// next is the entry that followed this one in the last request that
-	// held both. Only an entry of the current generation links to, or is
-	// followed to, another: a link never keeps a dropped generation alive.
-	next *cachedLabels
-}
-
-const (
-	maxCacheEntries = 1 << 16
-	maxCacheBytes   = 4 << 20 // ~10k series of rwload's shape
-)
-
-func (c *labelCache) get(key []byte) (*cachedLabels, bool) {
-	ent, ok := c.m[string(key)] // no allocation for the lookup
-	return ent, ok
-}
-
-// predict returns the entry that followed prev last time when b, a
-// TimeSeries, has exactly its key as label prefix; nil otherwise. b starts
-// with the key, and the key is a whole label prefix when b goes on with
-// anything but another label field (tag 0x0a), whatever that is: a
-// malformed field ends labelPrefix's scan just the same.
-func (c *labelCache) predict(prev *cachedLabels, b []byte) *cachedLabels {
-	if prev == nil || prev.gen != c.gen {
-		return nil
-	}
-	ent := prev.next
-	if ent == nil || ent.gen != c.gen || len(ent.key) > len(b) || string(b[:len(ent.key)]) != ent.key {
-		return nil
-	}
-	if len(b) > len(ent.key) && b[len(ent.key)] == labelTag {
-		return nil
-	}
-	return ent
-}
-
-// labelTag is the tag byte of TimeSeries field 1 (labels, length-delimited).
-const labelTag = 1<<3 | wireBytes
-
-// follow records that cur followed prev and returns cur, the next prev.
-func (c *labelCache) follow(prev, cur *cachedLabels) *cachedLabels {
-	if prev != nil && cur != nil && prev.gen == c.gen && cur.gen == c.gen {
-		prev.next = cur
-	}
-	return cur
-}
-
-func (c *labelCache) put(key []byte, ls labels.Labels) *cachedLabels {
-	cost := 2*len(key) + 104 // key, labels of about the key's size, entry, map overhead
-	if c.m == nil || len(c.m) >= maxCacheEntries || c.bytes+cost > maxCacheBytes {
-		c.m, c.bytes = make(map[string]*cachedLabels), 0
-		c.gen++
-	}
-	ent := &cachedLabels{ls: ls, key: string(key), gen: c.gen}
-	c.m[ent.key] = ent
-	c.bytes += cost
-	return ent
 }

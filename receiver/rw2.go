@@ -9,6 +9,7 @@ import (
 	writev2 "github.com/prometheus/prometheus/prompb/io/prometheus/write/v2"
 
 	"github.com/dendro-receiver/dendro-receiver/encoders/promsample"
+	"github.com/dendro-receiver/dendro-receiver/seriesindex"
 )
 
 // v2Decoder decodes an io.prometheus.write.v2.Request with its gogo decoder
@@ -17,13 +18,16 @@ import (
 // writev2.Request's outer slices and the builders are reused; nothing
 // reachable from a returned Request is.
 type v2Decoder struct {
-	msg writev2.Request
-	sl  *seriesLabels
-	el  *exemplarLabels
+	msg    writev2.Request
+	sl     *seriesLabels
+	el     *exemplarLabels
+	x      *seriesindex.Index // the Decoder's; shared
+	wire   []wireLabel        // scratch: a series' labels, resolved
+	hasher promsample.SeriesHasher
 }
 
-func newV2Decoder() *v2Decoder {
-	return &v2Decoder{sl: newSeriesLabels(), el: newExemplarLabels()}
+func newV2Decoder(x *seriesindex.Index) *v2Decoder {
+	return &v2Decoder{sl: newSeriesLabels(), el: newExemplarLabels(), x: x}
 }
 
 func (v *v2Decoder) decode(msg []byte) (*Request, error) {
@@ -53,20 +57,25 @@ func (v *v2Decoder) decode(msg []byte) (*Request, error) {
 		return nil, &InvalidError{Series: -1, Reason: "symbols[0] must be the empty string"}
 	}
 
-	req := &Request{Protocol: ProtocolV2, Series: make([]promsample.Series, 0, len(m.Timeseries))}
+	req := &Request{Protocol: ProtocolV2, Series: make([]Series, 0, len(m.Timeseries))}
 	var metaIndex map[string]struct{}
+	var prev seriesindex.Ref
 	for i := range m.Timeseries {
 		ts := &m.Timeseries[i]
-		s, err := v.series(i, ts, syms)
+		s, err := v.series(i, ts, syms, prev)
 		if err != nil {
 			return nil, err
 		}
+		if prev != 0 {
+			v.x.SetNext(prev, s.Ref)
+		}
+		prev = s.Ref
 		req.Series = append(req.Series, s)
 		req.Counts.Samples += len(s.Samples)
 		req.Counts.Histograms += len(s.Histograms)
 		req.Counts.Exemplars += len(s.Exemplars)
 
-		md, ok, err := metadataV2(i, ts, syms, s.Labels)
+		md, ok, err := metadataV2(i, ts, syms, v.x.Value(s.Ref, labels.MetricName))
 		if err != nil {
 			return nil, err
 		}
@@ -108,28 +117,38 @@ func symbol(syms []string, ref uint32) (string, bool) {
 	return syms[ref], true
 }
 
-func (v *v2Decoder) series(idx int, ts *writev2.TimeSeries, syms []string) (promsample.Series, error) {
-	var s promsample.Series
+func (v *v2Decoder) series(idx int, ts *writev2.TimeSeries, syms []string, prev seriesindex.Ref) (Series, error) {
+	var s Series
 	refs := ts.LabelsRefs
 	if len(refs)%2 != 0 {
 		return s, invalid(idx, "labels_refs has odd length %d", len(refs))
 	}
-	v.sl.reset(model.UTF8Validation)
+	v.wire = v.wire[:0]
 	for j := 0; j < len(refs); j += 2 {
 		name, ok1 := symbol(syms, refs[j])
 		value, ok2 := symbol(syms, refs[j+1])
 		if !ok1 || !ok2 {
 			return s, invalid(idx, "labels_refs [%d, %d] outside the symbol table (%d symbols)", refs[j], refs[j+1], len(syms))
 		}
-		if r := v.sl.add(name, value); r != "" {
+		v.wire = append(v.wire, wireLabel{name, value})
+	}
+	// A known series' labels were validated when the index took them
+	// (under 2.0's rules or stricter ones).
+	if s.Ref = knownSeries(v.x, prev, v.wire, false, &v.hasher); s.Ref == 0 {
+		v.sl.reset(model.UTF8Validation)
+		for _, l := range v.wire {
+			if r := v.sl.add(l.name, l.value); r != "" {
+				return s, invalid(idx, "%s", r)
+			}
+		}
+		ls, r := v.sl.labels()
+		if r != "" {
 			return s, invalid(idx, "%s", r)
 		}
+		s.Ref, _ = v.x.Add(ls)
+		v.x.SetValidated(s.Ref, false)
 	}
-	ls, r := v.sl.labels()
-	if r != "" {
-		return s, invalid(idx, "%s", r)
-	}
-	s.Labels = ls
+	clear(v.wire)
 
 	switch {
 	case len(ts.Samples) > 0 && len(ts.Histograms) > 0:
@@ -190,7 +209,7 @@ func (v *v2Decoder) exemplarLabels(refs []uint32, syms []string) (labels.Labels,
 // nothing (type unspecified, no help, no unit). 2.0 has no family name: the
 // series' metric name stands for it (for a classic histogram that is e.g.
 // foo_bucket, where 1.0 would say foo).
-func metadataV2(idx int, ts *writev2.TimeSeries, syms []string, ls labels.Labels) (promsample.Metadata, bool, error) {
+func metadataV2(idx int, ts *writev2.TimeSeries, syms []string, metric string) (promsample.Metadata, bool, error) {
 	md := ts.Metadata
 	help, ok1 := symbol(syms, md.HelpRef)
 	unit, ok2 := symbol(syms, md.UnitRef)
@@ -205,7 +224,7 @@ func metadataV2(idx int, ts *writev2.TimeSeries, syms []string, ls labels.Labels
 		return promsample.Metadata{}, false, nil
 	}
 	return promsample.Metadata{
-		MetricFamily: ls.Get(labels.MetricName),
+		MetricFamily: metric,
 		Type:         promsample.MetricType(metricType(int32(md.Type))),
 		Help:         help,
 		Unit:         unit,

@@ -11,7 +11,7 @@ import (
 // series these were a quarter of all the bytes the server allocated under
 // load; reusing them spares the GC and the zeroing of fresh memory.
 type requestSlab struct {
-	series  []promsample.Series
+	series  []Series
 	samples []promsample.Sample
 }
 
@@ -30,7 +30,7 @@ func (p *slabPool) get(series, samples int) *requestSlab {
 		sl = &requestSlab{}
 	}
 	if cap(sl.series) < series {
-		sl.series = make([]promsample.Series, 0, series)
+		sl.series = make([]Series, 0, series)
 	}
 	if cap(sl.samples) < samples {
 		sl.samples = make([]promsample.Sample, 0, samples)
@@ -44,16 +44,16 @@ func (p *slabPool) put(sl *requestSlab) {
 	if cap(sl.samples) > maxSlabSamples {
 		return
 	}
-	// Series hold labels, which the label caches may drop: clear them so a
-	// pooled slab does not keep them alive. Samples hold no pointers.
+	// Series hold histograms and exemplars: clear them so a pooled slab
+	// does not keep them alive. Samples hold no pointers.
 	clear(sl.series[:cap(sl.series)])
 	p.pool.Put(sl)
 }
 
 // Recycle hands back the memory of a Request that is no longer used: its
 // Series slice and the Samples of every series. Neither may be read or
-// kept after the call (the label sets, histograms, exemplars and metadata
-// are not recycled and stay valid). Recycling is optional: a Request that
+// kept after the call (histograms, exemplars and metadata are not
+// recycled and stay valid). Recycling is optional: a Request that
 // is never recycled is collected as usual. Recycling one twice, or one the
 // Decoder did not return, does nothing.
 func (d *Decoder) Recycle(r *Request) {

@@ -1,0 +1,137 @@
+package receiver
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+
+	"github.com/dendro-receiver/dendro-receiver/archive"
+	"github.com/dendro-receiver/dendro-receiver/encoders/promsample"
+)
+
+// Epochs: how the ingester names series once per seal period.
+//
+// Rows are anchored (promsample's row format 2): each stream of a source
+// writes in an epoch, and the first row of the epoch holding a series
+// carries its labels; later rows name it by its local id. The rules the
+// format relies on, and how the ingester keeps them:
+//
+//  1. Epochs are sequential in a stream. A request encodes its rows and
+//     hands them to the writer (AppendQueued, which returns once the
+//     writer's channel took them) under sourceState.mu's read lock;
+//     closing an epoch takes the write lock, appends a close marker and
+//     starts the next epoch. The writer stamps rows in the order its
+//     channel took them, so every row of an epoch has a lower ts than the
+//     marker that closes it, and every row of the next epoch a higher one.
+//     The lock is never held across a commit's fsync: only the enqueue.
+//  2. A row names a series by local id only once the row anchoring it has
+//     committed. An anchor becomes referable (the series' anchor stamp in
+//     the index, epochState.stamp<<32 | local id) after its request's
+//     commit was acknowledged; a request that runs meanwhile anchors the
+//     series again (the epoch then has two ids for it, which readers
+//     resolve to one label set). A request that failed leaves no stamp,
+//     so no row can name an anchor that never committed.
+//  3. Epoch ids are random 64-bit values, never continued across
+//     restarts. At start the ingester appends a close marker to every
+//     stream with live rows, which closes whatever epoch a crashed
+//     predecessor left open (a marker closes every epoch before it).
+//
+// An epoch ends at every seal (SealDue, SealAll close the epochs of the
+// streams they seal first), so the Encoder, which seals only closed
+// epochs, takes every row the seal asked for and the live tail above the
+// new watermark starts at the next epoch's first row; and when it reaches
+// the seal policy's rows or bytes (seals that cannot keep up), so that an
+// epoch always fits in one bounded seal: cmd bounds a seal at twice the
+// policy (archive.WriterOptions.MaxSealRows), which an epoch reaches only
+// by the rows of requests in flight when it filled.
+
+// epochState is one stream's current epoch.
+type epochState struct {
+	id    uint64        // written in its rows
+	stamp uint32        // process-unique, for the index's anchor stamps
+	next  atomic.Uint32 // next local id
+	rows  atomic.Int64  // data rows committed in it
+	bytes atomic.Int64
+}
+
+
+func (in *Ingester) newEpoch() *epochState {
+	s := in.stamps.Add(1)
+	if s == 0 {
+		s = in.stamps.Add(1)
+	}
+	return &epochState{id: rand.Uint64(), stamp: s}
+}
+
+// sourceState is the ingester's view of one source.
+type sourceState struct {
+	id      archive.SourceID
+	buckets int
+	names   []string // stream names by bucket
+	// mu orders epochs against rows (rule 1 above): read-locked from a
+	// request's encode through its enqueue, write-locked to close epochs.
+	mu     sync.RWMutex
+	epochs []*epochState // by bucket; replaced under mu's write lock
+}
+
+func (in *Ingester) newSourceState(id archive.SourceID, buckets int) *sourceState {
+	st := &sourceState{id: id, buckets: buckets, names: promsample.StreamsFor(buckets), epochs: make([]*epochState, buckets)}
+	for b := range st.epochs {
+		st.epochs[b] = in.newEpoch()
+	}
+	return st
+}
+
+// bucketOf returns the bucket of a stream name of st, or -1.
+func (st *sourceState) bucketOf(stream string) int {
+	for b, n := range st.names {
+		if n == stream {
+			return b
+		}
+	}
+	return -1
+}
+
+// closeEpochs closes the epochs of the given buckets of st that hold rows
+// (all of them with force), appending their close markers in one append,
+// and starts new ones. It returns once the markers committed.
+func (in *Ingester) closeEpochs(ctx context.Context, st *sourceState, buckets []int, force bool) error {
+	st.mu.Lock()
+	var rows []archive.Row
+	for _, b := range buckets {
+		ep := st.epochs[b]
+		if !force && ep.rows.Load() == 0 && ep.next.Load() == 0 {
+			continue
+		}
+		rows = append(rows, archive.Row{Stream: st.names[b], Data: promsample.AppendEpochClose(nil, ep.id)})
+		st.epochs[b] = in.newEpoch()
+	}
+	if len(rows) == 0 {
+		st.mu.Unlock()
+		return nil
+	}
+	q, err := in.opts.Writer.AppendQueued(ctx, []archive.SourceRows{{Source: st.id, Rows: rows}}, true)
+	st.mu.Unlock()
+	if err != nil {
+		// The epochs still ended: their next rows (of the new epochs)
+		// close them as well as a marker would.
+		return fmt.Errorf("closing epochs of source %d: %w", st.id, err)
+	}
+	if _, err := q.Wait(ctx); err != nil {
+		return fmt.Errorf("closing epochs of source %d: %w", st.id, err)
+	}
+	// A marker is a row like any other to the seal that takes it.
+	in.account(st.id, rows)
+	return nil
+}
+
+// closeAllEpochs closes the epochs of every stream of st that hold rows.
+func (in *Ingester) closeAllEpochs(ctx context.Context, st *sourceState) error {
+	all := make([]int, st.buckets)
+	for b := range all {
+		all[b] = b
+	}
+	return in.closeEpochs(ctx, st, all, false)
+}

@@ -1,0 +1,62 @@
+package receiver
+
+import (
+	"github.com/dendro-receiver/dendro-receiver/encoders/promsample"
+	"github.com/dendro-receiver/dendro-receiver/seriesindex"
+)
+
+// Series is one series of a Request. Its labels are in the Decoder's
+// series index under Ref (seriesindex.Index.Labels): a series the index
+// already knows is found by a hash probe and a comparison with the bytes
+// on the wire, and its labels are never built again.
+type Series struct {
+	Ref        seriesindex.Ref
+	Samples    []promsample.Sample
+	Histograms []promsample.Histogram
+	Exemplars  []promsample.Exemplar
+}
+
+// wireLabel is one label as it appears in a request, its strings aliasing
+// the message.
+type wireLabel struct{ name, value string }
+
+// knownSeries finds the series whose labels are exactly ls (in wire
+// order): the one predicted after prev if it matches, else by hash. It
+// returns 0 when the index does not hold them, or holds them unvalidated
+// under the rules in force (legacy: the 1.0 name rules), so the caller
+// decodes and validates them. A label set that is unsorted or has an
+// empty value never matches (the index holds sorted sets without empty
+// values), so it too takes the validating path.
+func knownSeries(x *seriesindex.Index, prev seriesindex.Ref, ls []wireLabel, legacy bool, h *promsample.SeriesHasher) seriesindex.Ref {
+	if len(ls) == 0 {
+		return 0
+	}
+	if prev != 0 {
+		if n := x.Next(prev); n != 0 && wireEqual(x, n, ls) && x.Validated(n, legacy) {
+			return n
+		}
+	}
+	h.Reset()
+	for _, l := range ls {
+		h.Add(l.name, l.value)
+	}
+	r := x.Find(h.Sum(), func(r seriesindex.Ref) bool { return wireEqual(x, r, ls) })
+	if r == 0 || !x.Validated(r, legacy) {
+		return 0
+	}
+	return r
+}
+
+// wireEqual reports whether r's labels are exactly ls, in order.
+func wireEqual(x *seriesindex.Index, r seriesindex.Ref, ls []wireLabel) bool {
+	p := x.Pairs(r)
+	if len(p) != 2*len(ls) {
+		return false
+	}
+	for i, l := range ls {
+		if x.Symbol(p[2*i]) != l.name || x.Symbol(p[2*i+1]) != l.value {
+			return false
+		}
+	}
+	return true
+}
