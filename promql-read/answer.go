@@ -10,27 +10,21 @@ import (
 	"github.com/prometheus/prometheus/model/labels"
 
 	"github.com/dendro-receiver/dendro-receiver/encoders/promsample"
+	"github.com/dendro-receiver/dendro-receiver/seriesindex"
 )
 
 // How a Select's answer is put together. The accumulator gathers, per
-// series (by label set), the pieces each segment, live tail or source
-// holds in range. A cached entry's floats stay packed in the piece (a
-// packedRef): they are decoded only when the answer is used, by
-// materialize for a storage.SeriesSet or by the SAMPLES encoder straight
-// into protobuf, and then on several goroutines when the answer is large.
-
-// packedRef is one series of a cached entry whose floats in the Select's
-// range are not decoded yet.
-type packedRef struct {
-	e *metricEntry
-	s *packedSeries
-}
+// series (by its Ref in the series index), the pieces each segment, live
+// tail or source holds in range; finish names them by their labels and
+// sorts them; materialize (or the SAMPLES encoder, straight into protobuf)
+// merges each series' pieces, on several goroutines when the answer is
+// large.
 
 type pieces struct {
 	any    bool // labelsOnly: the series has data in range
+	ref    seriesindex.Ref
 	lbls   labels.Labels
 	floats [][]promsample.Sample // decoded pieces, each canonical and in range
-	packed []packedRef           // packed pieces, canonical, not yet cut to the range
 	hists  [][]promsample.Histogram
 	ex     [][]promsample.Exemplar
 }
@@ -38,9 +32,6 @@ type pieces struct {
 // floatBound is an upper bound of the floats pc holds in [mint, maxt].
 func (pc *pieces) floatBound(mint, maxt int64) int {
 	n := 0
-	for _, r := range pc.packed {
-		n += r.e.countIn(r.s, mint, maxt)
-	}
 	for _, f := range pc.floats {
 		n += len(f)
 	}
@@ -55,16 +46,6 @@ func (pc *pieces) floatsInto(mint, maxt int64, dst []promsample.Sample) (out []p
 	// disjoint: every non-empty piece starts after the one before ends.
 	// Each piece is canonical, so then their concatenation is.
 	disjoint := true
-	var u unpacker
-	for _, r := range pc.packed {
-		n0 := len(dst)
-		if dst, err = u.floats(r.e, r.s, mint, maxt, dst); err != nil {
-			return dst[:start], 0, err
-		}
-		if n0 > start && len(dst) > n0 && dst[n0].T <= dst[n0-1].T {
-			disjoint = false
-		}
-	}
 	for _, f := range pc.floats {
 		if len(f) == 0 {
 			continue
@@ -88,129 +69,44 @@ func (pc *pieces) floatsInto(mint, maxt int64, dst []promsample.Sample) (out []p
 
 // accumulator gathers the pieces of each series of one Select.
 type accumulator struct {
-	byKey  map[string]*pieces
+	x      *seriesindex.Index
+	byRef  map[seriesindex.Ref]*pieces
 	order  []*pieces // as first seen
-	key    []byte
-	rest   []*labels.Matcher // addEntry's scratch
-	idx    []int32           // addEntry's scratch
 	budget *budget
-	raw    int // decoded floats and histograms added (packed floats count when decoded)
+	raw    int // floats and histograms added
 }
 
-func newAccumulator(b *budget) *accumulator {
-	return &accumulator{byKey: map[string]*pieces{}, budget: b}
+func newAccumulator(x *seriesindex.Index, b *budget) *accumulator {
+	return &accumulator{x: x, byRef: map[seriesindex.Ref]*pieces{}, budget: b}
 }
 
-// addEntry adds the series of a cached metric entry that match p. With
-// equality matchers on labels other than __name__, only the series in
-// all of their postings are visited, never every series of the metric.
-// Only the matchers the entry does not already answer are tested per
-// series: not the __name__ ones (an entry holds one metric, and its name
-// was matched to pick it: readStream), nor those the postings answered.
-func (a *accumulator) addEntry(e *metricEntry, p selectParams) error {
-	idx, ok, buf := e.postingsFor(p.matchers, a.idx)
-	a.idx = buf[:0]
-	rest := a.rest[:0]
-	for _, m := range p.matchers {
-		if m.Name != labels.MetricName && !byPostings(m) {
-			rest = append(rest, m)
-		}
-	}
-	a.rest = rest
-	if ok {
-		for _, k := range idx {
-			if err := a.addIfMatch(e, &e.series[k], rest, p); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	for k := range e.series {
-		if err := a.addIfMatch(e, &e.series[k], rest, p); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func (a *accumulator) addIfMatch(e *metricEntry, sr *packedSeries, ms []*labels.Matcher, p selectParams) error {
-	if !matchesAll(ms, sr.lbls) {
-		return nil
-	}
-	return a.addPacked(e, sr, p)
-}
-
-// addPacked takes the part of a packed series in [p.mint, p.maxt]: its
-// histograms and exemplars now, its floats as a packedRef.
-func (a *accumulator) addPacked(e *metricEntry, sr *packedSeries, p selectParams) error {
-	hs := trimHists(e.hists(sr), p.mint, p.maxt)
-	var ex []promsample.Exemplar
-	if p.exemplars {
-		ex = trimExemplars(e.exemplars(sr), p.mint, p.maxt)
-	}
+// addRef records one piece of series ref; hasFloats says the series has a
+// float in range even when fl is not given (labelsOnly). The slices are
+// the accumulator's from now on (read only).
+func (a *accumulator) addRef(ref seriesindex.Ref, fl []promsample.Sample, hs []promsample.Histogram, ex []promsample.Exemplar, hasFloats bool, p selectParams) error {
 	if p.labelsOnly {
-		if len(hs)+len(ex) == 0 {
-			var u unpacker
-			ok, err := e.hasFloatsIn(&u, sr, p.mint, p.maxt)
-			if err != nil || !ok {
-				return err
-			}
+		if !hasFloats && len(fl)+len(hs)+len(ex) == 0 {
+			return nil
 		}
-		return a.addParts(sr.lbls, nil, nil, hs, ex, true, p)
-	}
-	var ref *packedRef
-	if e.countIn(sr, p.mint, p.maxt) > 0 {
-		ref = &packedRef{e: e, s: sr}
-	}
-	return a.addParts(sr.lbls, nil, ref, hs, ex, false, p)
-}
-
-// add takes the part of sr in [p.mint, p.maxt]; trim is false when sr is
-// already restricted to it.
-func (a *accumulator) add(sr *promsample.Series, p selectParams, trim bool) error {
-	fl, hs, ex := sr.Samples, sr.Histograms, sr.Exemplars
-	if trim {
-		fl = trimSamples(fl, p.mint, p.maxt)
-		hs = trimHists(hs, p.mint, p.maxt)
-		ex = trimExemplars(ex, p.mint, p.maxt)
-	}
-	if !p.exemplars {
-		ex = nil
-	}
-	return a.addParts(sr.Labels, fl, nil, hs, ex, len(fl) > 0, p)
-}
-
-// addParts records one piece of a series; hasFloats says the series has a
-// float in range even when fl is not given (labelsOnly).
-func (a *accumulator) addParts(lbls labels.Labels, fl []promsample.Sample, ref *packedRef, hs []promsample.Histogram, ex []promsample.Exemplar, hasFloats bool, p selectParams) error {
-	if !hasFloats && ref == nil && len(fl)+len(hs)+len(ex) == 0 {
-		return nil
-	}
-	if p.labelsOnly {
-		a.key = lbls.Bytes(a.key[:0])
-		if a.byKey[string(a.key)] == nil {
-			pc := &pieces{lbls: lbls, any: true}
-			a.byKey[string(a.key)] = pc
+		if a.byRef[ref] == nil {
+			pc := &pieces{ref: ref, any: true}
+			a.byRef[ref] = pc
 			a.order = append(a.order, pc)
 		}
 		return nil
 	}
-	if ref == nil && len(fl)+len(hs)+len(ex) == 0 {
+	if len(fl)+len(hs)+len(ex) == 0 {
 		return nil
 	}
 	if err := a.budget.take(len(fl) + len(hs)); err != nil {
 		return err
 	}
 	a.raw += len(fl) + len(hs)
-	a.key = lbls.Bytes(a.key[:0])
-	pc := a.byKey[string(a.key)]
+	pc := a.byRef[ref]
 	if pc == nil {
-		pc = &pieces{lbls: lbls}
-		a.byKey[string(a.key)] = pc
+		pc = &pieces{ref: ref}
+		a.byRef[ref] = pc
 		a.order = append(a.order, pc)
-	}
-	if ref != nil {
-		pc.packed = append(pc.packed, *ref)
 	}
 	if len(fl) > 0 {
 		pc.floats = append(pc.floats, fl)
@@ -224,18 +120,21 @@ func (a *accumulator) addParts(lbls labels.Labels, fl []promsample.Sample, ref *
 	return nil
 }
 
-// selection is one Select's answer before its packed floats are decoded:
-// every series with a piece in range, sorted by labels.
+// selection is one Select's answer before its pieces are merged: every
+// series with a piece in range, sorted by labels.
 type selection struct {
 	mint, maxt int64
 	list       []*pieces
 	budget     *budget
-	raw        atomic.Int64 // as accumulator.raw, packed floats included once decoded
+	raw        atomic.Int64 // as accumulator.raw
 }
 
-// finish sorts the series by labels. They usually come sorted already
-// (one source, and each entry is sorted), so that is checked first.
+// finish names the series by their labels and sorts them.
 func (a *accumulator) finish(p selectParams) *selection {
+	var sb labels.ScratchBuilder
+	for _, pc := range a.order {
+		pc.lbls = a.x.LabelsWith(pc.ref, &sb)
+	}
 	cmp := func(x, y *pieces) int { return labels.Compare(x.lbls, y.lbls) }
 	if !slices.IsSortedFunc(a.order, cmp) {
 		slices.SortFunc(a.order, cmp)
@@ -406,20 +305,17 @@ func materialize(ctx context.Context, sel *selection, exemplars bool, par parall
 				sr.exemplars = mergeExemplars(pc.ex)
 			}
 			switch {
-			case len(pc.packed) == 0 && len(pc.floats) == 1:
-				sr.floats = pc.floats[0] // counted when added
-			case len(pc.packed)+len(pc.floats) > 0:
+			case len(pc.floats) == 1:
+				sr.floats = pc.floats[0]
+			case len(pc.floats) > 1:
 				n := pc.floatBound(sel.mint, sel.maxt)
 				buf := slabs[w].alloc(n)
-				fl, raw, err := pc.floatsInto(sel.mint, sel.maxt, buf)
+				fl, _, err := pc.floatsInto(sel.mint, sel.maxt, buf)
 				if err != nil {
 					return err
 				}
 				if len(fl) <= n {
 					slabs[w].used(len(fl)) // else append moved it out
-				}
-				if err := takePacked(sel, pc, raw); err != nil {
-					return err
 				}
 				sr.floats = fl[:len(fl):len(fl)]
 			}
@@ -434,14 +330,4 @@ func materialize(ctx context.Context, sel *selection, exemplars bool, par parall
 		return nil, err
 	}
 	return slices.DeleteFunc(out, func(sr *series) bool { return sr == nil }), nil
-}
-
-// takePacked charges the floats decoded from pc's packed pieces (raw of
-// all its floats, less the decoded pieces already charged when added).
-func takePacked(sel *selection, pc *pieces, raw int) error {
-	for _, f := range pc.floats {
-		raw -= len(f)
-	}
-	sel.raw.Add(int64(raw))
-	return sel.budget.take(raw)
 }

@@ -5,21 +5,29 @@ import (
 	"errors"
 	"math"
 	"math/rand"
-	"slices"
 	"sync/atomic"
 	"testing"
 
 	"github.com/prometheus/prometheus/model/labels"
 
 	"github.com/dendro-receiver/dendro-receiver/encoders/promsample"
+	"github.com/dendro-receiver/dendro-receiver/seriesindex"
 )
 
-// randomSelection builds a selection over three cached entries (two
-// "segments" and a "tail") of a metric with n series: most series are in
-// all three with overlapping, repeated or disjoint spans, some in one; a
-// few also have a decoded piece (as the no-cache live path adds) and
-// histograms. It returns the selection and the answer a model merge gives.
+// randomSelection builds a selection over three sources (two "segments"
+// and a "tail") of a metric with n series: most series are in all three
+// with overlapping, repeated or disjoint spans, some in one; a few also
+// have an extra piece and histograms. It returns the selection and the answer a model merge gives.
 func randomSelection(t testing.TB, rng *rand.Rand, n int, mint, maxt int64) (*selection, []*series) {
+	sel, want, err := randomSelectionBudget(t, rng, n, mint, maxt, newBudget(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sel, want
+}
+
+// randomSelectionBudget is randomSelection under a sample budget.
+func randomSelectionBudget(t testing.TB, rng *rand.Rand, n int, mint, maxt int64, b *budget) (*selection, []*series, error) {
 	t.Helper()
 	type src struct{ list []promsample.Series }
 	var srcs [3]src
@@ -57,28 +65,29 @@ func randomSelection(t testing.TB, rng *rand.Rand, n int, mint, maxt int64) (*se
 		}
 		extra = append(extra, ex)
 	}
-	acc := newAccumulator(newBudget(0))
+	x := seriesindex.New()
+	acc := newAccumulator(x, b)
 	p := selectParams{mint: mint, maxt: maxt}
-	for _, s := range srcs {
-		slices.SortFunc(s.list, func(a, b promsample.Series) int { return labels.Compare(a.Labels, b.Labels) })
-		e, err := newMetricEntry(s.list)
-		if err != nil {
-			t.Fatal(err)
+	var err error
+	add := func(s promsample.Series) {
+		ref, _ := x.Add(s.Labels)
+		fl, hs := trimSamples(s.Samples, mint, maxt), trimHists(s.Histograms, mint, maxt)
+		if e := acc.addRef(ref, fl, hs, nil, len(fl) > 0, p); e != nil && err == nil {
+			err = e
 		}
-		if err := acc.addEntry(e, p); err != nil {
-			t.Fatal(err)
+	}
+	for _, s := range srcs {
+		for _, sr := range s.list {
+			add(sr)
 		}
 	}
 	for i, ex := range extra {
 		if len(ex) == 0 {
 			continue
 		}
-		lbls := labels.FromStrings("__name__", "m", "i", string(rune('a'+i%26))+string(rune('a'+i/26%26))+string(rune('a'+i/676)))
-		if err := acc.add(&promsample.Series{Labels: lbls, Samples: ex}, p, true); err != nil {
-			t.Fatal(err)
-		}
+		add(promsample.Series{Labels: labels.FromStrings("__name__", "m", "i", string(rune('a'+i%26))+string(rune('a'+i/26%26))+string(rune('a'+i/676))), Samples: ex})
 	}
-	return acc.finish(p), want.selectModel(mint, maxt)
+	return acc.finish(p), want.selectModel(mint, maxt), err
 }
 
 // TestMaterializeParallelMatchesModel: a selection decoded on four
@@ -106,20 +115,24 @@ func TestMaterializeParallelMatchesModel(t *testing.T) {
 	})
 }
 
-// checkBudget runs decode over a random selection under a sample budget of
-// half and of four times what it holds, on one goroutine and on three: the
-// first must be refused with ErrTooManySamples, the second must succeed.
+// checkBudget builds a random selection under a sample budget of half and
+// of four times what it holds, and decodes it on one goroutine and on
+// three: the first must be refused with ErrTooManySamples (pieces are
+// charged as they are added), the second must succeed.
 func checkBudget(t *testing.T, rng *rand.Rand, decode func(*selection, parallelism) error) {
 	t.Helper()
-	sel, want := randomSelection(t, rng, 300, math.MinInt64, math.MaxInt64)
+	seed := rng.Int63()
+	_, want := randomSelection(t, rand.New(rand.NewSource(seed)), 300, math.MinInt64, math.MaxInt64)
 	total := 0
 	for _, sr := range want {
 		total += len(sr.floats) + len(sr.hists)
 	}
 	for _, limit := range []int{total / 2, total * 4} {
 		for _, par := range []parallelism{{workers: 1}, {workers: 3, runSamples: 500}} {
-			sel.budget = newBudget(limit)
-			err := decode(sel, par)
+			sel, _, err := randomSelectionBudget(t, rand.New(rand.NewSource(seed)), 300, math.MinInt64, math.MaxInt64, newBudget(limit))
+			if err == nil {
+				err = decode(sel, par)
+			}
 			if limit < total && !errors.Is(err, ErrTooManySamples) {
 				t.Fatalf("limit %d of %d, %+v: %v", limit, total, par, err)
 			}

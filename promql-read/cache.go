@@ -23,8 +23,8 @@ type segmentID struct {
 	size    int64
 }
 
-// cacheKey is one cached thing about a segment: its parsed index
-// (metric == "" and kind == kindIndex) or the decoded series of one metric.
+// cacheKey is one cached thing about a segment: its directory, or its
+// metadata (metric names the metric).
 type cacheKey struct {
 	seg    segmentID
 	kind   uint8
@@ -32,10 +32,8 @@ type cacheKey struct {
 }
 
 const (
-	kindIndex uint8 = iota
-	kindMetric
+	kindDir uint8 = iota // a segment's directory (segdir.go)
 	kindMetadata
-	kindTail // a stream's decoded live tail (seq -2; rows, firstTS, lastTS: the live span)
 )
 
 // cache is a byte-bounded LRU of immutable values. Values are shared by

@@ -19,12 +19,24 @@ import (
 const testBuckets = 8
 
 // fixture is a real archive under t.TempDir: one writer, one read handle.
+// It writes rows as the receiver does: anchored (row format 2), a stream's
+// series named once per epoch, epochs closed before every seal; with v1
+// set, self-contained format-1 rows, as the receiver wrote before.
 type fixture struct {
-	t    testing.TB
-	path string
-	w    *archive.Writer
-	a    *archive.Archive
-	srcs map[string]archive.SourceID
+	t      testing.TB
+	path   string
+	w      *archive.Writer
+	a      *archive.Archive
+	srcs   map[string]archive.SourceID
+	v1     bool
+	epochs map[streamRef]*fixtureEpoch
+	enc    promsample.RowEncoder
+	rows   int // rows appended, close markers included
+}
+
+type fixtureEpoch struct {
+	id     uint64
+	locals map[string]uint32
 }
 
 func newFixture(t testing.TB) *fixture {
@@ -42,7 +54,7 @@ func newFixtureAt(t testing.TB, dir string) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &fixture{t: t, path: path, w: w, a: a, srcs: map[string]archive.SourceID{}}
+	f := &fixture{t: t, path: path, w: w, a: a, srcs: map[string]archive.SourceID{}, epochs: map[streamRef]*fixtureEpoch{}}
 	t.Cleanup(func() {
 		a.Close()
 		if err := w.Close(); err != nil {
@@ -75,7 +87,13 @@ func (f *fixture) write(src string, b promsample.Batch) {
 	id := f.source(src)
 	var rows []archive.Row
 	for _, p := range promsample.SplitBatch(&b, testBuckets) {
-		data, err := promsample.EncodeBatch(&p.Batch)
+		var data []byte
+		var err error
+		if f.v1 {
+			data, err = promsample.EncodeBatch(&p.Batch)
+		} else {
+			data, err = f.anchored(id, p.Stream, &p.Batch)
+		}
 		if err != nil {
 			f.t.Fatal(err)
 		}
@@ -85,12 +103,35 @@ func (f *fixture) write(src string, b promsample.Batch) {
 	if err != nil {
 		f.t.Fatal(err)
 	}
+	f.rows += len(rows)
 	if res.Dropped() != 0 {
 		f.t.Fatalf("append dropped %d rows: %v", res.Dropped(), res.Err())
 	}
 }
 
-// seal seals every stream of src.
+// anchored encodes b as a format-2 row of its stream's current epoch.
+func (f *fixture) anchored(src archive.SourceID, stream string, b *promsample.Batch) ([]byte, error) {
+	k := streamRef{src, stream}
+	ep := f.epochs[k]
+	if ep == nil {
+		ep = &fixtureEpoch{id: uint64(len(f.epochs))*1000 + 1, locals: map[string]uint32{}}
+		f.epochs[k] = ep
+	}
+	r := promsample.AnchoredRow{Epoch: ep.id, FirstLocal: uint32(len(ep.locals)), Metadata: b.Metadata}
+	for _, sr := range b.Series {
+		key := sr.Labels.String()
+		local, ok := ep.locals[key]
+		if !ok {
+			local = uint32(len(ep.locals))
+			ep.locals[key] = local
+			r.Anchors = append(r.Anchors, sr.Labels)
+		}
+		r.Series = append(r.Series, promsample.RowSeries{Local: local, Samples: sr.Samples, Histograms: sr.Histograms, Exemplars: sr.Exemplars})
+	}
+	return f.enc.Append(nil, &r)
+}
+
+// seal closes the open epochs of src's streams and seals every stream.
 func (f *fixture) seal(src string) {
 	f.t.Helper()
 	id := f.source(src)
@@ -102,9 +143,37 @@ func (f *fixture) seal(src string) {
 	}); err != nil {
 		f.t.Fatal(err)
 	}
+	var markers []archive.Row
+	for k, ep := range f.epochs {
+		if k.src == id {
+			markers = append(markers, archive.Row{Stream: k.stream, Data: promsample.AppendEpochClose(nil, ep.id)})
+			ep.id += 7
+			clear(ep.locals)
+		}
+	}
+	if len(markers) > 0 {
+		if _, err := f.w.AppendWait(context.Background(), []archive.SourceRows{{Source: id, Rows: markers}}, true); err != nil {
+			f.t.Fatal(err)
+		}
+		f.rows += len(markers)
+	}
 	if _, err := f.w.SealWait(context.Background(), id, streams); err != nil {
 		f.t.Fatal(err)
 	}
+}
+
+// specialFloats are the values whose bits a lossy path would change.
+var specialFloats = []uint64{
+	0x7ff0000000000002, // Prometheus's stale marker
+	0x7ff8000000000001, // a NaN with another payload
+	0x7ff8000000000000, // the usual NaN
+	0xfff8000000000000, // a negative NaN
+	math.Float64bits(math.Inf(1)),
+	math.Float64bits(math.Inf(-1)),
+	1,                  // the smallest subnormal
+	0x000fffffffffffff, // the largest subnormal
+	0x8000000000000000, // -0.0
+	0,                  // +0.0
 }
 
 // ls builds labels, dropping empty values as the receiver does.
@@ -266,4 +335,16 @@ func standardData(f *fixture) expected {
 			Histograms: []promsample.Histogram{{T: 7230_000, FH: testHistogram(3).ToFloat(nil)}}},
 	}})
 	return m
+}
+
+func sameBits(t *testing.T, what string, got, want []promsample.Sample) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d samples, want %d", what, len(got), len(want))
+	}
+	for i := range want {
+		if got[i].T != want[i].T || math.Float64bits(got[i].V) != math.Float64bits(want[i].V) {
+			t.Fatalf("%s: sample %d is (%d, %#x), want (%d, %#x)", what, i, got[i].T, math.Float64bits(got[i].V), want[i].T, math.Float64bits(want[i].V))
+		}
+	}
 }

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/dendro-receiver/dendro-receiver/seriesindex"
 )
 
 // Options configures a Queryable and an API. The zero value of every field
@@ -33,6 +35,11 @@ type Options struct {
 	// Logger receives what cannot reach a client (a streamed remote-read
 	// that fails after its status was sent); nil discards.
 	Logger *slog.Logger
+	// Series is the series index reads resolve matchers with. A server
+	// shares the one its ingest writes through; nil means one of the
+	// Queryable's own, built from the archive as questions read it (Warm
+	// builds all of it).
+	Series *seriesindex.Index
 }
 
 // Defaults.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/dendro-receiver/dendro-receiver/archive"
 	"github.com/dendro-receiver/dendro-receiver/encoders/promsample"
+	"github.com/dendro-receiver/dendro-receiver/seriesindex"
 )
 
 // Queryable is the storage.Queryable (and ChunkQueryable, ExemplarQueryable)
@@ -39,7 +40,11 @@ func NewQueryable(a *archive.Archive, opts Options) (*Queryable, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	return &Queryable{s: &store{a: a, cache: newCache(opts.CacheBytes), opts: opts, par: defaultParallelism()}}, nil
+	x := opts.Series
+	if x == nil {
+		x = seriesindex.New()
+	}
+	return &Queryable{s: &store{a: a, x: x, cache: newCache(opts.CacheBytes), opts: opts, par: defaultParallelism()}}, nil
 }
 
 // CacheStats describes the decoded-segment cache.
@@ -119,35 +124,23 @@ func (q *chunkQuerier) Select(ctx context.Context, sort bool, hints *storage.Sel
 	return storage.NewSeriesSetToChunkSet(q.querier.Select(ctx, sort, hints, ms...))
 }
 
-// labelValues answers label values. The metric-name list with no other
-// matcher comes from the segment indexes and the live tails alone.
+// labelValues answers label values from the series index, brought up to a
+// snapshot first for the streams the __name__ matchers allow: postings
+// name the series and their spans say which hold data in range (at the
+// granularity of the segments and tails holding them, as Prometheus's
+// blocks do).
 func (s *store) labelValues(ctx context.Context, mint, maxt int64, name string, ms []*labels.Matcher) ([]string, error) {
-	if name == labels.MetricName && onlyNameMatchers(ms) {
-		return s.metricNames(ctx, mint, maxt, ms)
-	}
-	got, err := s.selectSeries(ctx, selectParams{mint: mint, maxt: maxt, matchers: ms, labelsOnly: true})
-	if err != nil {
+	if err := s.syncAll(ctx, constrainNames(ms)); err != nil {
 		return nil, err
 	}
-	set := map[string]struct{}{}
-	for _, sr := range got {
-		if v := sr.lbls.Get(name); v != "" {
-			set[v] = struct{}{}
-		}
-	}
-	return sortedKeys(set), nil
+	return s.x.LabelValues(name, ms, mint, maxt), nil
 }
 
 func (s *store) labelNames(ctx context.Context, mint, maxt int64, ms []*labels.Matcher) ([]string, error) {
-	got, err := s.selectSeries(ctx, selectParams{mint: mint, maxt: maxt, matchers: ms, labelsOnly: true})
-	if err != nil {
+	if err := s.syncAll(ctx, constrainNames(ms)); err != nil {
 		return nil, err
 	}
-	set := map[string]struct{}{}
-	for _, sr := range got {
-		sr.lbls.Range(func(l labels.Label) { set[l.Name] = struct{}{} })
-	}
-	return sortedKeys(set), nil
+	return s.x.LabelNames(ms, mint, maxt), nil
 }
 
 func onlyNameMatchers(ms []*labels.Matcher) bool {
@@ -168,67 +161,6 @@ func sortedKeys(set map[string]struct{}) []string {
 	return out
 }
 
-// metricNames lists the metric names with samples in [mint, maxt] that the
-// __name__ matchers ms allow, in one snapshot, reading no segment bytes.
-func (s *store) metricNames(ctx context.Context, mint, maxt int64, ms []*labels.Matcher) ([]string, error) {
-	nc := constrainNames(ms)
-	set := map[string]struct{}{}
-	err := s.viewStreams(ctx, nc, func(c *catalog, src archive.SourceInfo, st string, metas []archive.StreamSegment) error {
-		for _, m := range metas {
-			x, err := s.index(c.tx, s.segID(src.ID, m))
-			if err != nil {
-				return err
-			}
-			if !x.Overlaps(mint, maxt) {
-				continue
-			}
-			for i, n := range x.Metrics {
-				if nc.matches(n) && metricInRange(x, i, mint, maxt) {
-					set[n] = struct{}{}
-				}
-			}
-		}
-		if s.cache != nil && s.cache.maxBytes > 0 {
-			tail, err := s.liveTail(c, src.ID, st, metas)
-			if err != nil {
-				return err
-			}
-			var u unpacker
-			for n, e := range tail.byMetric {
-				if _, ok := set[n]; ok || !nc.matches(n) {
-					continue
-				}
-				has, err := e.hasSamplesIn(&u, mint, maxt)
-				if err != nil {
-					return err
-				}
-				if has {
-					set[n] = struct{}{}
-				}
-			}
-			return nil // the cached tail answered for this stream
-		}
-		rows, err := c.tx.LiveWAL(src.ID, st)
-		if err != nil {
-			return err
-		}
-		live, err := promsample.ReadRows(rows, promsample.Query{MinT: mint, MaxT: maxt, Matchers: nc.ms})
-		if err != nil {
-			return err
-		}
-		for _, sr := range live {
-			if len(sr.Samples)+len(sr.Histograms) > 0 {
-				set[sr.Labels.Get(labels.MetricName)] = struct{}{}
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	delete(set, "")
-	return sortedKeys(set), nil
-}
 
 // seriesSet iterates an answer.
 type seriesSet struct {

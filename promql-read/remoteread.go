@@ -263,7 +263,7 @@ func (api *API) batches(ctx context.Context, q selectParams) ([]selectParams, er
 	names := nc.names
 	if nc.all {
 		var err error
-		if names, err = api.s.metricNames(ctx, q.mint, q.maxt, nc.ms); err != nil {
+		if names, err = api.s.labelValues(ctx, q.mint, q.maxt, labels.MetricName, nc.ms); err != nil {
 			return nil, err
 		}
 	}

@@ -148,15 +148,11 @@ func (e *runEncoder) encodeRun(sel *selection, r *samplesRun, w int) error {
 	for _, pc := range sel.list[r.lo:r.hi] {
 		fl := []promsample.Sample(nil)
 		switch {
-		case len(pc.packed) == 0 && len(pc.floats) == 1:
+		case len(pc.floats) == 1:
 			fl = pc.floats[0] // charged when added
-		case len(pc.packed)+len(pc.floats) > 0:
-			var raw int
+		case len(pc.floats) > 1:
 			var err error
-			if e.floats, raw, err = pc.floatsInto(sel.mint, sel.maxt, e.floats[:0]); err != nil {
-				return err
-			}
-			if err := takePacked(sel, pc, raw); err != nil {
+			if e.floats, _, err = pc.floatsInto(sel.mint, sel.maxt, e.floats[:0]); err != nil {
 				return err
 			}
 			fl = e.floats

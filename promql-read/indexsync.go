@@ -1,0 +1,245 @@
+package promread
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/prometheus/prometheus/model/labels"
+
+	"github.com/dendro-receiver/dendro-receiver/archive"
+	"github.com/dendro-receiver/dendro-receiver/encoders/promsample"
+	"github.com/dendro-receiver/dendro-receiver/seriesindex"
+)
+
+// Keeping the series index current with the archive.
+//
+// The index (seriesindex) is derived from what the archive holds: every
+// sealed segment's catalog index lists its series, and the live tail's
+// rows anchor theirs. A question first brings the index up to its snapshot
+// for the streams it reads (syncStream): the segments it has not indexed
+// yet are indexed (from their catalog index alone, no sample is read), and
+// the stream's tail (tail.go) takes the rows appended since. Indexing is
+// idempotent (a series found again only widens its span), so two
+// questions racing on one stream only cost each other time; a segment is
+// indexed once per process (indexed), from then on the directory cache
+// serves it.
+//
+// A segment compaction replaced or retention removed leaves indexed; the
+// series it held keep their spans (an over-estimate: a series whose data
+// retention removed still reads as holding it until collected).
+
+// indexState is what the store knows it has indexed.
+type indexState struct {
+	mu    sync.Mutex
+	segs  map[streamRef]map[segmentID]struct{}
+	tails map[streamRef]*tail
+}
+
+// tailOf returns a stream's tail, making it.
+func (s *store) tailOf(k streamRef) *tail {
+	s.idx.mu.Lock()
+	defer s.idx.mu.Unlock()
+	if s.idx.tails == nil {
+		s.idx.tails = map[streamRef]*tail{}
+	}
+	t := s.idx.tails[k]
+	if t == nil {
+		t = &tail{loc: s.x.Loc(int64(k.src), k.stream)}
+		s.idx.tails[k] = t
+	}
+	return t
+}
+
+// syncSegments indexes a stream's segments that are not yet indexed.
+func (s *store) syncSegments(tx *archive.ReadTx, src archive.SourceID, stream string, segs []archive.StreamSegment) error {
+	k := streamRef{src, stream}
+	s.idx.mu.Lock()
+	if s.idx.segs == nil {
+		s.idx.segs = map[streamRef]map[segmentID]struct{}{}
+	}
+	known := s.idx.segs[k]
+	if known == nil {
+		known = map[segmentID]struct{}{}
+		s.idx.segs[k] = known
+	}
+	var todo []segmentID
+	live := make(map[segmentID]struct{}, len(segs))
+	for _, m := range segs {
+		id := s.segID(src, m)
+		live[id] = struct{}{}
+		if _, ok := known[id]; !ok {
+			todo = append(todo, id)
+		}
+	}
+	if len(known) > len(live)-len(todo) {
+		for id := range known {
+			if _, ok := live[id]; !ok {
+				delete(known, id) // compacted or evicted
+			}
+		}
+	}
+	s.idx.mu.Unlock()
+	if len(todo) == 0 {
+		return nil
+	}
+	loc := s.x.Loc(int64(src), stream)
+	for _, id := range todo {
+		raw, ok, err := tx.SegmentIndex(id.source, id.stream, id.seq)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return fmt.Errorf("segment %d listed but absent", id.seq)
+		}
+		if err := s.indexSegment(tx, id, raw, loc); err != nil {
+			return fmt.Errorf("indexing segment %d: %w", id.seq, err)
+		}
+		s.idx.mu.Lock()
+		known[id] = struct{}{}
+		s.idx.mu.Unlock()
+	}
+	return nil
+}
+
+// indexSegment adds the series of one segment (its catalog index raw) to
+// the index, and keeps its directory.
+func (s *store) indexSegment(tx *archive.ReadTx, id segmentID, raw []byte, loc seriesindex.Loc) error {
+	x, err := promsample.ParseIndex(raw)
+	if err != nil {
+		return err
+	}
+	if x.Table == nil {
+		// Written before index format 2: its series come from its label
+		// columns.
+		b, err := s.segmentBytes(tx, id)
+		if err != nil {
+			return err
+		}
+		got, err := promsample.ReadSegment(b, promsample.AllTime())
+		if err != nil {
+			return err
+		}
+		for _, sr := range got {
+			ref, _ := s.x.Add(sr.Labels)
+			s.x.Observe(ref, loc, x.MinT, x.MaxT, id.lastTS)
+		}
+		s.cache.put(cacheKey{seg: id, kind: kindDir}, newSegDir(&x), 256)
+		return nil
+	}
+	indexTable(s.x, x.Table, loc, x.MinT, x.MaxT, id.lastTS)
+	d := newSegDir(&x) // drops the table's labels
+	s.cache.put(cacheKey{seg: id, kind: kindDir}, d, d.bytes)
+	return nil
+}
+
+// indexTable adds a series table's series to x, each observed at loc over
+// [minT, maxT] in a row received at recv. A series already in x is found
+// by its hash and its symbol ids (the table's, mapped to x's once per
+// symbol): no label set is built for it.
+func indexTable(x *seriesindex.Index, t *promsample.SeriesTable, loc seriesindex.Loc, minT, maxT, recv int64) {
+	const unknown = math.MaxUint32
+	remap := make([]uint32, len(t.Symbols))
+	for i, sym := range t.Symbols {
+		if id, ok := x.SymbolID(sym); ok {
+			remap[i] = id
+		} else {
+			remap[i] = unknown
+		}
+	}
+	var pairs []uint32
+	var sb labels.ScratchBuilder
+	for i := 0; i < t.Len(); i++ {
+		pairs = pairs[:0]
+		complete := true
+		for _, id := range t.Pairs(i) {
+			if remap[id] == unknown {
+				if got, ok := x.SymbolID(t.Symbols[id]); ok {
+					remap[id] = got
+				} else {
+					complete = false
+					break
+				}
+			}
+			pairs = append(pairs, remap[id])
+		}
+		var ref seriesindex.Ref
+		if complete {
+			ref = x.FindPairs(t.Hashes[i], pairs)
+		}
+		if ref == 0 {
+			ref, _ = x.Add(t.Labels(i, &sb))
+		}
+		x.Observe(ref, loc, minT, maxT, recv)
+	}
+}
+
+// syncStream brings the index up to the snapshot for one stream, and
+// returns its tail locked for reading (unlock when done).
+func (s *store) syncStream(c *catalog, src archive.SourceID, stream string, segs []archive.StreamSegment) (tailView, func(), error) {
+	if err := s.syncSegments(c.tx, src, stream, segs); err != nil {
+		return tailView{}, nil, err
+	}
+	var watermark int64
+	for i, m := range segs {
+		if i == 0 || m.LastTS > watermark {
+			watermark = m.LastTS
+		}
+	}
+	span, err := c.liveSpan(src, stream, watermark, len(segs) > 0)
+	if err != nil {
+		return tailView{}, nil, err
+	}
+	t := s.tailOf(streamRef{src, stream})
+	t.mu.Lock()
+	v, err := t.sync(s.x, c.tx, src, stream, len(segs) > 0, watermark, span)
+	if err != nil {
+		t.mu.Unlock()
+		return tailView{}, nil, fmt.Errorf("live tail: %w", err)
+	}
+	return v, t.mu.Unlock, nil
+}
+
+// syncAll brings the index up to one snapshot for every sample stream the
+// name constraint nc allows.
+func (s *store) syncAll(ctx context.Context, nc nameConstraint) error {
+	return s.viewStreams(ctx, nc, func(c *catalog, src archive.SourceInfo, st string, segs []archive.StreamSegment) error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		_, unlock, err := s.syncStream(c, src.ID, st, segs)
+		if err != nil {
+			return fmt.Errorf("source %d stream %s: %w", src.ID, st, err)
+		}
+		unlock()
+		return nil
+	})
+}
+
+// Warm indexes the whole archive: every segment's series table and every
+// stream's live tail. A server calls it before it reports ready, so that
+// the first question after a restart costs what any other does.
+func (q *Queryable) Warm(ctx context.Context) error {
+	return q.s.syncAll(ctx, nameConstraint{all: true})
+}
+
+// Follow keeps the index and the live tails current with the archive until
+// ctx ends, syncing every interval: a server runs it so that a question
+// finds the rows appended since the last one already decoded, instead of
+// decoding them itself.
+func (q *Queryable) Follow(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := q.s.syncAll(ctx, nameConstraint{all: true}); err != nil && ctx.Err() == nil {
+				q.s.opts.Logger.Warn("following the archive", "err", err)
+			}
+		}
+	}
+}

@@ -1,0 +1,252 @@
+package promread
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/dendro-receiver/dendro-receiver/archive"
+	"github.com/dendro-receiver/dendro-receiver/encoders/promsample"
+	"github.com/dendro-receiver/dendro-receiver/seriesindex"
+)
+
+// segDir is a segment's directory: its catalog index without the labels
+// (the row counts and page checksums a SegmentReader needs) and its series'
+// hashes sorted, so that a series of the index is found in the segment by a
+// binary search of its SeriesHash. Immutable once built; cached.
+type segDir struct {
+	x      *promsample.Index
+	hashes []uint64 // sorted
+	ords   []uint32 // ords[i] is the series (table position) of hashes[i]
+	dups   bool     // two series of the segment share a hash
+	bytes  int64
+}
+
+// dir returns a segment's directory, from the cache or its catalog index.
+// ok is false for a segment written before index format 2 (no series
+// table), which is read whole (readWhole).
+func (s *store) dir(tx *archive.ReadTx, id segmentID) (d *segDir, ok bool, err error) {
+	k := cacheKey{seg: id, kind: kindDir}
+	if v, hit := s.cache.get(k); hit {
+		d = v.(*segDir)
+		return d, d.x.Table != nil, nil
+	}
+	raw, found, err := tx.SegmentIndex(id.source, id.stream, id.seq)
+	if err != nil {
+		return nil, false, err
+	}
+	if !found {
+		return nil, false, fmt.Errorf("segment %d listed but absent", id.seq)
+	}
+	x, err := promsample.ParseIndex(raw)
+	if err != nil {
+		return nil, false, fmt.Errorf("segment %d index: %w", id.seq, err)
+	}
+	d = newSegDir(&x)
+	s.cache.put(k, d, d.bytes)
+	return d, x.Table != nil, nil
+}
+
+func newSegDir(x *promsample.Index) *segDir {
+	d := &segDir{x: x, bytes: 256}
+	if x.Table == nil {
+		return d
+	}
+	x.Table.DropLabels()
+	n := x.Table.Len()
+	d.ords = make([]uint32, n)
+	for i := range d.ords {
+		d.ords[i] = uint32(i)
+	}
+	h := x.Table.Hashes
+	slices.SortFunc(d.ords, func(a, b uint32) int { return cmpU64(h[a], h[b]) })
+	d.hashes = make([]uint64, n)
+	for i, o := range d.ords {
+		d.hashes[i] = h[o]
+		if i > 0 && d.hashes[i] == d.hashes[i-1] {
+			d.dups = true
+		}
+	}
+	d.bytes += x.Table.Bytes() + int64(n)*12
+	for _, sums := range x.PageSums {
+		d.bytes += int64(len(sums)) * 8
+	}
+	return d
+}
+
+func cmpU64(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// lookup returns the table position of the series with hash h, -1 if the
+// segment has none, and -2 when several share h (the caller reads the
+// segment whole for that series).
+func (d *segDir) lookup(h uint64) int {
+	i, found := slices.BinarySearch(d.hashes, h)
+	if !found {
+		return -1
+	}
+	if d.dups && ((i+1 < len(d.hashes) && d.hashes[i+1] == h) || (i > 0 && d.hashes[i-1] == h)) {
+		return -2
+	}
+	return int(d.ords[i])
+}
+
+// wanted is one series of a Select in one segment.
+type wanted struct {
+	ref seriesindex.Ref
+	ord int
+}
+
+// readSegment adds to acc the samples in range of refs (sorted) in one
+// sealed segment, reading only their pages.
+func (s *store) readSegment(tx *archive.ReadTx, id segmentID, refs []seriesindex.Ref, p selectParams, acc *accumulator) error {
+	d, v2, err := s.dir(tx, id)
+	if err != nil {
+		return err
+	}
+	if !d.x.Overlaps(p.mint, p.maxt) {
+		return nil
+	}
+	if !v2 {
+		return s.readWhole(tx, id, refs, p, acc)
+	}
+	var ws []wanted
+	var whole []seriesindex.Ref
+	for _, r := range refs {
+		switch o := d.lookup(s.x.Hash(r)); {
+		case o >= 0:
+			ws = append(ws, wanted{r, o})
+		case o == -2:
+			whole = append(whole, r)
+		}
+	}
+	if len(whole) > 0 {
+		if err := s.readWhole(tx, id, whole, p, acc); err != nil {
+			return err
+		}
+	}
+	if len(ws) == 0 {
+		return nil
+	}
+	slices.SortFunc(ws, func(a, b wanted) int { return a.ord - b.ord })
+	s.segmentsRead.Add(1)
+	blob, found, err := tx.OpenSegment(id.source, id.stream, id.seq)
+	if err != nil {
+		return err
+	}
+	if !found {
+		return fmt.Errorf("segment %d listed but absent", id.seq)
+	}
+	sr, err := promsample.NewSegmentReader(blob, blob.Size(), d.x)
+	if err != nil {
+		return fmt.Errorf("segment %d: %w", id.seq, err)
+	}
+	var sm promsample.Series
+	for _, w := range ws {
+		sm.Samples, sm.Histograms = sm.Samples[:0], sm.Histograms[:0]
+		if err := sr.ReadSeries(w.ord, p.mint, p.maxt, &sm); err != nil {
+			return fmt.Errorf("segment %d: %w", id.seq, err)
+		}
+		if len(sm.Samples)+len(sm.Histograms) == 0 {
+			continue
+		}
+		if p.labelsOnly {
+			acc.addRef(w.ref, nil, nil, nil, true, p)
+			continue
+		}
+		fl := slices.Clone(sm.Samples)
+		var hs []promsample.Histogram
+		if len(sm.Histograms) > 0 {
+			hs = slices.Clone(sm.Histograms)
+		}
+		if err := acc.addRef(w.ref, fl, hs, nil, len(fl) > 0, p); err != nil {
+			return err
+		}
+	}
+	if p.exemplars {
+		return s.readExemplars(tx, id, ws, p, acc)
+	}
+	return nil
+}
+
+// readWhole reads refs from a segment's bytes with ReadSegment: segments
+// without a series table, and series whose hash another series of the
+// segment shares.
+func (s *store) readWhole(tx *archive.ReadTx, id segmentID, refs []seriesindex.Ref, p selectParams, acc *accumulator) error {
+	b, err := s.segmentBytes(tx, id)
+	if err != nil {
+		return err
+	}
+	want := make(map[uint64][]seriesindex.Ref, len(refs))
+	for _, r := range refs {
+		want[s.x.Hash(r)] = append(want[s.x.Hash(r)], r)
+	}
+	got, err := promsample.ReadSegment(b, promsample.Query{MinT: p.mint, MaxT: p.maxt, Matchers: p.matchers})
+	if err != nil {
+		return fmt.Errorf("segment %d: %w", id.seq, err)
+	}
+	for i := range got {
+		sr := &got[i]
+		for _, r := range want[promsample.SeriesHash(sr.Labels)] {
+			if !s.x.Equal(r, sr.Labels) {
+				continue
+			}
+			ex := sr.Exemplars
+			if !p.exemplars {
+				ex = nil
+			}
+			if p.labelsOnly {
+				acc.addRef(r, nil, nil, nil, true, p)
+				continue
+			}
+			if err := acc.addRef(r, sr.Samples, sr.Histograms, ex, len(sr.Samples) > 0, p); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// readExemplars adds the exemplars of the wanted series, which a segment
+// keeps in its footer.
+func (s *store) readExemplars(tx *archive.ReadTx, id segmentID, ws []wanted, p selectParams, acc *accumulator) error {
+	d, _, err := s.dir(tx, id)
+	if err != nil || d.x.Exemplars == 0 {
+		return err
+	}
+	refs := make([]seriesindex.Ref, len(ws))
+	for i, w := range ws {
+		refs[i] = w.ref
+	}
+	b, err := s.segmentBytes(tx, id)
+	if err != nil {
+		return err
+	}
+	got, err := promsample.ReadSegment(b, promsample.Query{MinT: p.mint, MaxT: p.maxt, Matchers: p.matchers})
+	if err != nil {
+		return fmt.Errorf("segment %d: %w", id.seq, err)
+	}
+	byHash := map[uint64][]seriesindex.Ref{}
+	for _, r := range refs {
+		byHash[s.x.Hash(r)] = append(byHash[s.x.Hash(r)], r)
+	}
+	for i := range got {
+		if len(got[i].Exemplars) == 0 {
+			continue
+		}
+		for _, r := range byHash[promsample.SeriesHash(got[i].Labels)] {
+			if s.x.Equal(r, got[i].Labels) {
+				if err := acc.addRef(r, nil, nil, got[i].Exemplars, false, p); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
