@@ -33,6 +33,7 @@ import (
 	"github.com/dendro-receiver/dendro-receiver/encoders/promsample"
 	promread "github.com/dendro-receiver/dendro-receiver/promql-read"
 	"github.com/dendro-receiver/dendro-receiver/receiver"
+	"github.com/dendro-receiver/dendro-receiver/seriesindex"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -44,6 +45,11 @@ var version = ""
 // time spent committing ~15%, and added at most 2 ms to a request's
 // latency. A lone sender never waits: its request is the only one.
 const groupWait = 2 * time.Millisecond
+
+// followEvery is how often the read side decodes the rows appended since
+// it last looked (promread.Queryable.Follow), so that a question decodes
+// at most that much of the live tail itself.
+const followEvery = time.Second
 
 func buildVersion() string {
 	if version != "" {
@@ -256,10 +262,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, procs int
 	policy := archive.SealPolicy{MaxRows: c.sealMaxRows, MaxBytes: int64(c.sealMaxBytes), MaxAge: time.Duration(c.sealMaxAge)}
 	// DeferPrunes: the ingester seals due streams one after another and
 	// then asks for one prune of them all (Ingester.SealDue). A seal takes
-	// at most the policy's rows and bytes, so that one behind the appends
-	// holds no more memory than one on time (see encodeprio.go).
+	// at most twice the policy's rows and bytes, so that one behind the
+	// appends holds a bounded amount of memory (see encodeprio.go); the
+	// ingester closes an epoch once it reaches the policy, so the bound
+	// always holds a closed epoch (receiver/epochs.go).
 	wopts := archive.WriterOptions{Encoder: enc, Logger: logger.With("component", "archive"), DeferPrunes: true,
-		MaxSealRows: int(policy.WithDefaults().MaxRows), MaxSealBytes: policy.WithDefaults().MaxBytes}
+		MaxSealRows: int(2*policy.WithDefaults().MaxRows + 64), MaxSealBytes: 2*policy.WithDefaults().MaxBytes + 4<<20}
 	if threadPriorities {
 		enc.Opts.OwnThread = true
 		wopts.EncodeOn = encodeAtIdlePriority(logger.With("component", "archive"))
@@ -291,8 +299,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, procs int
 		w.Close()
 		return fmt.Errorf("opening a read handle: %w", err)
 	}
+	// One series index for the process: the decoder finds requests'
+	// series in it, the ingester names them by it, reads select with it.
+	series := seriesindex.New()
 	ing, err := receiver.NewIngester(ctx, receiver.IngestOptions{
-		Writer: w, Reader: reader, Buckets: c.buckets,
+		Writer: w, Reader: reader, Buckets: c.buckets, Series: series,
 		Seal:              policy,
 		Retention:         time.Duration(c.retentionTime),
 		RetentionBytes:    int64(c.retentionSize),
@@ -331,6 +342,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, procs int
 		Timeout:        time.Duration(c.queryTimeout),
 		CacheBytes:     int64(c.queryCache),
 		Logger:         logger.With("component", "read"),
+		Series:         series,
 	})
 	if err != nil {
 		reader.Close()
@@ -360,10 +372,22 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, procs int
 	})
 	srv := &http.Server{Handler: r, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
 
+	// The index of what the archive already holds, before the first
+	// question: an open reads every segment's series table (no samples)
+	// and decodes the live tails.
+	started := time.Now()
+	if err := api.Queryable().Warm(ctx); err != nil {
+		reader.Close()
+		w.Close()
+		return fmt.Errorf("indexing the archive: %w", err)
+	}
+	logger.Info("indexed the archive", "series", series.Len(), "took", time.Since(started).Round(time.Millisecond))
+
 	bg, stopBG := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	wg.Add(1)
+	wg.Add(2)
 	go func() { defer wg.Done(); ing.Run(bg) }()
+	go func() { defer wg.Done(); api.Queryable().Follow(bg, followEvery) }()
 
 	serveErr := make(chan error, len(listeners))
 	for _, l := range listeners {
