@@ -161,7 +161,6 @@ func sortedKeys(set map[string]struct{}) []string {
 	return out
 }
 
-
 // seriesSet iterates an answer.
 type seriesSet struct {
 	list       []*series

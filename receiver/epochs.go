@@ -56,7 +56,6 @@ type epochState struct {
 	bytes atomic.Int64
 }
 
-
 func (in *Ingester) newEpoch() *epochState {
 	s := in.stamps.Add(1)
 	if s == 0 {

@@ -906,4 +906,3 @@ func TestRecycleNeverAliasesALiveRequest(t *testing.T) {
 		t.Fatal("Recycle(nil) touched another request")
 	}
 }
-

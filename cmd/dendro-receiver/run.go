@@ -73,6 +73,7 @@ type config struct {
 	sealMaxBytes  units.Base2Bytes
 	sealMaxAge    model.Duration
 	compactRows   int64
+	idleTimeout   model.Duration
 	maxRequest    units.Base2Bytes
 	maxDecoded    units.Base2Bytes
 	writeTimeout  model.Duration
@@ -111,6 +112,8 @@ func parseFlags(args []string, stdout io.Writer) (*config, bool, error) {
 		Default(fmt.Sprint(archive.DefaultSealMaxRows)).Int64Var(&c.sealMaxRows)
 	app.Flag("seal.max-bytes", "... or this many bytes of live rows (and takes at most this many).").Default("8MiB").SetValue(named("seal.max-bytes", (*bytesValue)(&c.sealMaxBytes)))
 	app.Flag("seal.max-age", "... or when its oldest live row is this old.").Default("5m").SetValue(named("seal.max-age", &c.sealMaxAge))
+	app.Flag("series.idle-timeout", "A series not written for this long drops its ingest state, as Prometheus's head drops "+
+		"idle series; its data stays readable (0: never).").Default("1h").SetValue(named("series.idle-timeout", &c.idleTimeout))
 	app.Flag("compact.target-rows", "Merge small segments up to this many rows (0: default, -1: off).").
 		Default("0").Int64Var(&c.compactRows)
 	app.Flag("web.max-request-bytes", "Largest remote-write body accepted, compressed (413 above).").
@@ -303,7 +306,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, procs int
 	// series in it, the ingester names them by it, reads select with it.
 	series := seriesindex.New()
 	ing, err := receiver.NewIngester(ctx, receiver.IngestOptions{
-		Writer: w, Reader: reader, Buckets: c.buckets, Series: series,
+		Writer: w, Reader: reader, Buckets: c.buckets, Series: series, IdleTimeout: idleTimeout(c.idleTimeout),
 		Seal:              policy,
 		Retention:         time.Duration(c.retentionTime),
 		RetentionBytes:    int64(c.retentionSize),
@@ -429,6 +432,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, procs int
 	}
 	logger.Info("stopped", "archive", c.archivePath)
 	return runErr
+}
+
+// idleTimeout maps the flag to IngestOptions.IdleTimeout (0: never).
+func idleTimeout(d model.Duration) time.Duration {
+	if d <= 0 {
+		return -1
+	}
+	return time.Duration(d)
 }
 
 // healthcheck asks a running receiver's /-/ready (for container
