@@ -82,6 +82,11 @@ const DefaultMaxMergeBytes = 16 << 20
 type Options struct {
 	RowGroupRows  int   // 0 = DefaultRowGroupRows
 	MaxMergeBytes int64 // 0 = DefaultMaxMergeBytes
+	// FormatV1 writes segments as this encoder did before the catalog
+	// index's format 2: a format-1 catalog index (no series table, no page
+	// checksums), no page index, pages cut for compression only. For
+	// tests of archives written before; readers still read them.
+	FormatV1 bool
 	// OwnThread says the encoder runs on a processor of its own, at a lower
 	// CPU priority than the work it would otherwise delay (see
 	// archive.WriterOptions.EncodeOn): it then does not yield between
@@ -481,7 +486,7 @@ func (e *Encoder) write(series []*seriesData, meta []Metadata, sizeHint int) (da
 	if e.goAlloc {
 		mem = memory.NewGoAllocator()
 	}
-	root, props, err := segmentSchema(labelNames, dictionaryLabels(series), mem)
+	root, props, err := segmentSchema(labelNames, dictionaryLabels(series), mem, !e.Opts.FormatV1)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -513,6 +518,9 @@ func (e *Encoder) write(series []*seriesData, meta []Metadata, sizeHint int) (da
 	// Close wrote the page index between the data region and the footer;
 	// the footer's checksum cannot cover it, the catalog's index does.
 	out := buf.Bytes()
+	if e.Opts.FormatV1 {
+		return out, summary, nil
+	}
 	footerStart := len(out) - 8 - int(binary.LittleEndian.Uint32(out[len(out)-8:]))
 	idx.Table = newSeriesTable(series)
 	idx.PageIndexSum = xxhash.Sum64(out[dataEnd:footerStart])
@@ -626,7 +634,7 @@ func dictionaryLabels(series []*seriesData) map[string]bool {
 }
 
 // segmentSchema builds the Parquet schema and writer properties.
-func segmentSchema(labelNames []string, dict map[string]bool, mem memory.Allocator) (*schema.GroupNode, *parquet.WriterProperties, error) {
+func segmentSchema(labelNames []string, dict map[string]bool, mem memory.Allocator, pageIndex bool) (*schema.GroupNode, *parquet.WriterProperties, error) {
 	var errs []error
 	node := func(n *schema.PrimitiveNode, err error) schema.Node {
 		errs = append(errs, err)
@@ -641,7 +649,7 @@ func segmentSchema(labelNames []string, dict map[string]bool, mem memory.Allocat
 		// writer writes a page index only when it is on by default, and a
 		// column's own properties copy the defaults when first set, so
 		// this comes first and the other columns turn it off.
-		parquet.WithPageIndexEnabled(true),
+		parquet.WithPageIndexEnabled(pageIndex),
 		parquet.WithPageIndexEnabledFor(ColMetric, false),
 		parquet.WithAllocator(mem),
 		parquet.WithCompression(compress.Codecs.Lz4Raw),
@@ -808,7 +816,7 @@ func (cw *columnWriter) planBreaks(series []*seriesData) {
 	last := 0
 	at := 0
 	for _, s := range series {
-		if at-last >= PageRows {
+		if at-last >= PageRows && !cw.opts.FormatV1 {
 			cw.readBreaks = append(cw.readBreaks, at)
 			last = at
 		}
