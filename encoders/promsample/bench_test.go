@@ -279,3 +279,39 @@ func BenchmarkBuckets(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkWALBytes reports the wal bytes a sample costs in format-1 rows
+// (every row carries its series' labels) and in format-2 rows (a series'
+// labels once per epoch of 900 rows, the default seal policy), at 1 and 4
+// samples per series per request, over 8 streams.
+func BenchmarkWALBytes(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		ds   func(per int) dataSet
+	}{
+		{"rwload-10k", func(per int) dataSet { return defaultRW().buildPer(per) }},
+		{"rwload-100k", func(per int) dataSet {
+			c := defaultRW()
+			c.Series, c.Samples = 100_000, 12
+			return c.buildPer(per)
+		}},
+	} {
+		for _, per := range []int{1, 4} {
+			ds := c.ds(per)
+			b.Run(fmt.Sprintf("%s/per-series-%d", c.name, per), func(b *testing.B) {
+				var v1, v2 int64
+				for range b.N {
+					var err error
+					if _, v1, err = toRows(ds.requests, DefaultStreamBuckets); err != nil {
+						b.Fatal(err)
+					}
+					if _, v2, err = toAnchoredRows(ds.requests, DefaultStreamBuckets, 900); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(float64(v1)/float64(ds.samples), "B/sample-v1")
+				b.ReportMetric(float64(v2)/float64(ds.samples), "B/sample-v2")
+			})
+		}
+	}
+}

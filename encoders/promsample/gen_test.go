@@ -120,14 +120,18 @@ type dataSet struct {
 	samples  int64
 }
 
-func (c rwConfig) build() dataSet {
+func (c rwConfig) build() dataSet { return c.buildPer(4) }
+
+// buildPer is build with perSeries consecutive samples of a series per
+// request (1: the steady state of a scraping Prometheus; 4: catching up).
+func (c rwConfig) buildPer(perSeries int) dataSet {
 	var ds dataSet
 	ds.series = make([]Series, c.Series)
 	for i := range ds.series {
 		ds.series[i] = Series{Labels: c.labels(i), Samples: c.series(i)}
 		ds.samples += int64(c.Samples)
 	}
-	const senders, perSeries, batch = 4, 4, 2000
+	const senders, batch = 4, 2000
 	for w := 0; w < senders; w++ {
 		var req Batch
 		pending := 0
@@ -280,6 +284,59 @@ func toRows(reqs []Batch, buckets int) (map[string][]archive.Row, int64, error) 
 			ts++
 			rows[sb.Stream] = append(rows[sb.Stream], archive.Row{Stream: sb.Stream, TS: ts, Data: data})
 			bytes += int64(len(data))
+		}
+	}
+	return rows, bytes, nil
+}
+
+// toAnchoredRows is toRows with format-2 rows, as the receiver writes them:
+// each stream's epoch anchors a series once; an epoch closes (a marker)
+// every epochRows data rows, as a seal of that many rows would.
+func toAnchoredRows(reqs []Batch, buckets, epochRows int) (map[string][]archive.Row, int64, error) {
+	rows := map[string][]archive.Row{}
+	var bytes int64
+	var enc RowEncoder
+	type epoch struct {
+		id     uint64
+		locals map[string]uint32
+		rows   int
+	}
+	epochs := map[string]*epoch{}
+	ts := int64(1_700_000_000_000_000_000)
+	for _, req := range reqs {
+		for _, sb := range SplitBatch(&req, buckets) {
+			ep := epochs[sb.Stream]
+			if ep == nil {
+				ep = &epoch{id: 1, locals: map[string]uint32{}}
+				epochs[sb.Stream] = ep
+			}
+			r := AnchoredRow{Epoch: ep.id, FirstLocal: uint32(len(ep.locals)), Metadata: sb.Batch.Metadata}
+			for _, s := range sb.Batch.Series {
+				k := string(s.Labels.Bytes(nil))
+				id, ok := ep.locals[k]
+				if !ok {
+					id = uint32(len(ep.locals))
+					ep.locals[k] = id
+					r.Anchors = append(r.Anchors, s.Labels)
+				}
+				r.Series = append(r.Series, RowSeries{Local: id, Samples: s.Samples, Histograms: s.Histograms, Exemplars: s.Exemplars})
+			}
+			data, err := enc.Append(nil, &r)
+			if err != nil {
+				return nil, 0, err
+			}
+			ts++
+			rows[sb.Stream] = append(rows[sb.Stream], archive.Row{Stream: sb.Stream, TS: ts, Data: data})
+			bytes += int64(len(data))
+			if ep.rows++; ep.rows == epochRows {
+				ts++
+				m := AppendEpochClose(nil, ep.id)
+				rows[sb.Stream] = append(rows[sb.Stream], archive.Row{Stream: sb.Stream, TS: ts, Data: m})
+				bytes += int64(len(m))
+				ep.id++
+				clear(ep.locals)
+				ep.rows = 0
+			}
 		}
 	}
 	return rows, bytes, nil
