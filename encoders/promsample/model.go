@@ -3,7 +3,6 @@ package promsample
 import (
 	"github.com/prometheus/prometheus/model/histogram"
 	"github.com/prometheus/prometheus/model/labels"
-	"sync/atomic"
 )
 
 // The data model the receiver decodes remote-write requests into and the row
@@ -39,25 +38,6 @@ type Series struct {
 	Samples    []Sample
 	Histograms []Histogram
 	Exemplars  []Exemplar
-	// Hint, when not nil, lets a BatchEncoder find Labels in its cache
-	// without hashing them. Optional; see SeriesHint.
-	Hint *SeriesHint
-}
-
-// SeriesHint remembers where a BatchEncoder last cached a label set, so
-// that the next batch carrying the same set skips the hash and map lookup
-// (a sixth of a receiver's CPU at one sample per series). A caller that
-// decodes the same label sets request after request (a receiver's label
-// cache) keeps one SeriesHint per set and passes it with each Series
-// holding that set. It is a hint: a BatchEncoder checks the labels it
-// points at against the Series' own before using them, so a stale or
-// foreign hint only costs the lookup it would have saved. Safe for
-// concurrent use by many encoders. The zero value is ready.
-type SeriesHint struct {
-	// Each an encoder tag << 32 | slot in that encoder's cache (0: none),
-	// so that two busy encoders (a receiver's usual pair under overlapping
-	// requests) can both remember a set; see BatchEncoder.hintSlot.
-	v [2]atomic.Uint64
 }
 
 // MetricType is the metadata type of a metric family, spelled as in the

@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
-	"math/rand/v2"
 	"slices"
 
 	"github.com/klauspost/compress/s2"
@@ -46,168 +45,36 @@ const MaxBatchBytes = 32 << 20
 // up to it is exactly representable as a float64.
 const maxInt53 = 1 << 53
 
-// BatchEncoder encodes Batches into rows, reusing its buffers between calls.
-// The zero value is ready to use; it is not safe for concurrent use.
+// BatchEncoder encodes Batches into format-1 rows, reusing its buffers
+// between calls. The receiver writes format-2 rows (RowEncoder); format 1
+// remains the self-contained encoding of a segment's footer extras, and
+// of rows written before. The zero value is ready to use; it is not safe
+// for concurrent use.
 type BatchEncoder struct {
 	tab  []byte // string table
 	body []byte // references and values
 	raw  []byte // table + body
 	comp []byte // compressed raw
-
-	// Kept across calls, so that a series seen in an earlier batch (the
-	// steady state: the same series every request) costs one hash and
-	// array lookups instead of a map lookup per label string. Every string
-	// gets a global id; a row's string table is built from them in order
-	// of first use, exactly as before. Bounded: reset when full.
-	gid      map[string]uint32 // string -> global id
-	gstr     []string          // global id -> string
-	gbytes   int               // bytes of gstr
-	sets     map[uint64]int32  // labels hash -> slot
-	slots    []labelSet        // the cached label sets
-	tag      uint32            // identifies this encoder in SeriesHints; never 0
-	arena    []uint32          // global ids of the cached label sets (name, value...)
-	local    []uint32          // global id -> this row's id, valid when localGen matches
-	localGen []uint32
-	gen      uint32 // the current row
-	nstr     uint64 // strings in this row's table
+	ids  map[string]uint32
 }
 
-// labelSet is a cached label set: its labels (the key, compared on a hash
-// hit) and the global ids of its names and values in arena.
-type labelSet struct {
-	ls     labels.Labels
-	off, n int32
-}
-
-// Bounds of a BatchEncoder's cross-call cache (~10 MB at most).
-const (
-	maxEncoderStrings   = 1 << 18
-	maxEncoderStrBytes  = 4 << 20
-	maxEncoderLabelSets = 1 << 16
-)
-
-// resetCache empties the cross-call cache when it is full (or unset).
-func (e *BatchEncoder) resetCache() {
-	if e.gid != nil && len(e.gstr) < maxEncoderStrings && e.gbytes < maxEncoderStrBytes && len(e.sets) < maxEncoderLabelSets {
-		return
-	}
-	e.gid, e.gstr, e.gbytes = make(map[string]uint32), e.gstr[:0], 0
-	e.sets, e.slots, e.arena = make(map[uint64]int32), e.slots[:0], e.arena[:0]
-	e.local, e.localGen = nil, nil
-	for e.tag == 0 {
-		e.tag = rand.Uint32()
-	}
-}
-
-// intern returns s's global id.
-func (e *BatchEncoder) intern(s string) uint32 {
-	g, ok := e.gid[s]
+func (e *BatchEncoder) ref(s string) {
+	id, ok := e.ids[s]
 	if !ok {
-		g = uint32(len(e.gstr))
-		e.gid[s] = g
-		e.gstr = append(e.gstr, s)
-		e.gbytes += len(s)
-	}
-	return g
-}
-
-// ref appends the row's reference to global string g, adding the string
-// to the row's table on its first use in the row.
-func (e *BatchEncoder) ref(g uint32) { e.body = e.refTo(e.body, g) }
-
-// refTo is ref appending to body, the caller's copy of e.body: the hot
-// loops keep the body in a local and store it back once, since assigning
-// e.body writes a pointer into the heap, which costs a write barrier
-// whenever the collector is marking (4% of the receiver's CPU went to
-// them).
-func (e *BatchEncoder) refTo(body []byte, g uint32) []byte {
-	if int(g) >= len(e.local) {
-		n := max(len(e.gstr), int(g)+1)
-		e.local = append(e.local, make([]uint32, n-len(e.local))...)
-		e.localGen = append(e.localGen, make([]uint32, n-len(e.localGen))...)
-	}
-	if e.localGen[g] != e.gen {
-		e.localGen[g] = e.gen
-		e.local[g] = uint32(e.nstr)
-		e.nstr++
-		s := e.gstr[g]
+		id = uint32(len(e.ids))
+		e.ids[s] = id
 		e.tab = binary.AppendUvarint(e.tab, uint64(len(s)))
 		e.tab = append(e.tab, s...)
 	}
-	return binary.AppendUvarint(body, uint64(e.local[g]))
+	e.body = binary.AppendUvarint(e.body, uint64(id))
 }
 
-// seriesLabels appends a series' labels: from the cache when the set was
-// seen before, found through hint when it points at this encoder's entry
-// for the same labels.
-func (e *BatchEncoder) seriesLabels(ls labels.Labels, hint *SeriesHint) {
-	set, found := e.hinted(ls, hint)
-	if !found {
-		h := ls.Hash()
-		slot, ok := e.sets[h]
-		if ok && labels.Equal(e.slots[slot].ls, ls) {
-			set = e.slots[slot]
-		} else {
-			off := len(e.arena)
-			ls.Range(func(l labels.Label) {
-				e.arena = append(e.arena, e.intern(l.Name), e.intern(l.Value))
-			})
-			set = labelSet{ls: ls, off: int32(off), n: int32(len(e.arena) - off)}
-			if !ok { // a colliding set stays uncached
-				slot = int32(len(e.slots))
-				e.slots = append(e.slots, set)
-				e.sets[h] = slot
-			}
-		}
-		if hint != nil && labels.Equal(e.slots[slot].ls, ls) {
-			hint.v[e.hintSlot(hint)].Store(uint64(e.tag)<<32 | uint64(slot))
-		}
-	}
-	ids := e.arena[set.off : set.off+set.n]
-	body := binary.AppendUvarint(e.body, uint64(len(ids)/2))
-	for _, g := range ids {
-		body = e.refTo(body, g)
-	}
-	e.body = body
-}
-
-// hinted returns the cached set hint points at, if it is this encoder's
-// and holds exactly ls. The labels are compared, never trusted: a hint may
-// be stale (the cache was reset) or another encoder's whose tag collides.
-// Equal is cheap here: a receiver's cached labels share their bytes.
-func (e *BatchEncoder) hinted(ls labels.Labels, hint *SeriesHint) (labelSet, bool) {
-	if hint == nil {
-		return labelSet{}, false
-	}
-	for i := range hint.v {
-		v := hint.v[(int(e.tag)+i)&1].Load()
-		if uint32(v>>32) != e.tag {
-			continue
-		}
-		slot := uint32(v)
-		if int(slot) >= len(e.slots) || !labels.Equal(e.slots[slot].ls, ls) {
-			return labelSet{}, false
-		}
-		return e.slots[slot], true
-	}
-	return labelSet{}, false
-}
-
-// hintSlot picks the slot of hint this encoder writes: the one holding its
-// tag already; else the one its tag's low bit picks, unless another
-// encoder holds that one and the other is free. Two encoders whose tags
-// share the low bit (one pair in two) then both keep a hint, instead of
-// overwriting each other's on every request (a third still overwrites).
-func (e *BatchEncoder) hintSlot(hint *SeriesHint) int {
-	own := int(e.tag & 1)
-	a, b := hint.v[own].Load(), hint.v[1-own].Load()
-	switch {
-	case uint32(a>>32) == e.tag || a == 0:
-		return own
-	case uint32(b>>32) == e.tag || b == 0:
-		return 1 - own
-	}
-	return own
+func (e *BatchEncoder) labels(ls labels.Labels) {
+	e.body = binary.AppendUvarint(e.body, uint64(ls.Len()))
+	ls.Range(func(l labels.Label) {
+		e.ref(l.Name)
+		e.ref(l.Value)
+	})
 }
 
 // EncodeBatch encodes b as one self-contained, compressed wal row.
@@ -219,35 +86,23 @@ func EncodeBatch(b *Batch) ([]byte, error) {
 // Append appends the row encoding of b to dst and returns the extended
 // slice. The result does not alias the encoder's buffers beyond dst.
 func (e *BatchEncoder) Append(dst []byte, b *Batch) ([]byte, error) {
-	e.resetCache()
-	e.gen++
-	if e.gen == 0 { // wrapped: no stale entry may match
-		clear(e.localGen)
-		e.gen = 1
+	if e.ids == nil {
+		e.ids = make(map[string]uint32)
 	}
-	e.tab = e.tab[:0]
-	e.nstr = 0
-	ref := func(s string) { e.ref(e.intern(s)) }
-	appendLabels := func(ls labels.Labels) { // exemplars: unique sets, not cached
-		e.body = binary.AppendUvarint(e.body, uint64(ls.Len()))
-		ls.Range(func(l labels.Label) {
-			ref(l.Name)
-			ref(l.Value)
-		})
-	}
-	e.body = e.body[:0]
+	clear(e.ids)
+	e.tab, e.body = e.tab[:0], e.body[:0]
 	e.body = binary.AppendUvarint(e.body, uint64(len(b.Series)))
 	var prevT int64
 	for i := range b.Series {
 		s := &b.Series[i]
-		e.seriesLabels(s.Labels, s.Hint)
-		body := binary.AppendUvarint(e.body, uint64(len(s.Samples))) // see refTo
+		e.labels(s.Labels)
+		e.body = binary.AppendUvarint(e.body, uint64(len(s.Samples)))
 		for _, smp := range s.Samples {
-			body = binary.AppendVarint(body, smp.T-prevT)
+			e.body = binary.AppendVarint(e.body, smp.T-prevT)
 			prevT = smp.T
-			body = appendValue(body, smp.V)
+			e.body = appendValue(e.body, smp.V)
 		}
-		e.body = binary.AppendUvarint(body, uint64(len(s.Histograms)))
+		e.body = binary.AppendUvarint(e.body, uint64(len(s.Histograms)))
 		for _, h := range s.Histograms {
 			e.body = binary.AppendVarint(e.body, h.T-prevT)
 			prevT = h.T
@@ -258,27 +113,24 @@ func (e *BatchEncoder) Append(dst []byte, b *Batch) ([]byte, error) {
 		}
 		e.body = binary.AppendUvarint(e.body, uint64(len(s.Exemplars)))
 		for _, ex := range s.Exemplars {
-			appendLabels(ex.Labels)
+			e.labels(ex.Labels)
 			e.body = binary.AppendVarint(e.body, ex.T)
 			e.body = binary.LittleEndian.AppendUint64(e.body, math.Float64bits(ex.V))
 		}
 	}
 	e.body = binary.AppendUvarint(e.body, uint64(len(b.Metadata)))
 	for _, m := range b.Metadata {
-		ref(m.MetricFamily)
-		ref(string(m.Type))
-		ref(m.Help)
-		ref(m.Unit)
+		e.ref(m.MetricFamily)
+		e.ref(string(m.Type))
+		e.ref(m.Help)
+		e.ref(m.Unit)
 	}
-	e.raw = binary.AppendUvarint(e.raw[:0], e.nstr)
+	e.raw = binary.AppendUvarint(e.raw[:0], uint64(len(e.ids)))
 	e.raw = append(e.raw, e.tab...)
 	e.raw = append(e.raw, e.body...)
 	if len(e.raw) > MaxBatchBytes {
 		return dst, fmt.Errorf("%w: %d bytes uncompressed (max %d)", ErrTooLarge, len(e.raw), MaxBatchBytes)
 	}
-	// Compress into the encoder's scratch, then append only what the block
-	// takes: sizing dst for the worst case allocated about the row's
-	// uncompressed size per row, ~10x what it keeps.
 	need := s2.MaxEncodedLen(len(e.raw))
 	if cap(e.comp) < need {
 		e.comp = make([]byte, need)

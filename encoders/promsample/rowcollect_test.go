@@ -2,14 +2,11 @@ package promsample
 
 import (
 	"bytes"
-	"fmt"
 	"math/rand/v2"
-	"sync"
 	"testing"
 
 	"github.com/dendro-receiver/dendro-receiver/archive"
 
-	"github.com/prometheus/prometheus/model/labels"
 )
 
 // The seal's row collector must build exactly the segment that decoding
@@ -66,13 +63,13 @@ func TestRowCollectorRefusesWhatDecodeBatchRefuses(t *testing.T) {
 	}
 }
 
-// An encoder reused across batches (its cross-call label cache warm) must
-// write the same bytes as a fresh one, batch after batch.
+// An encoder reused across batches must write the same bytes as a fresh
+// one, batch after batch.
 func TestBatchEncoderReuseWritesWhatAFreshOneWrites(t *testing.T) {
 	var reused BatchEncoder
 	r := rand.New(rand.NewPCG(3, 9))
 	batches := randBatches(r, 200)
-	for round := 0; round < 2; round++ { // the second round hits the cache
+	for round := 0; round < 2; round++ {
 		for i := range batches {
 			want, err := EncodeBatch(&batches[i])
 			if err != nil {
@@ -84,121 +81,6 @@ func TestBatchEncoderReuseWritesWhatAFreshOneWrites(t *testing.T) {
 			}
 			if !bytes.Equal(got, want) {
 				t.Fatalf("round %d batch %d: the reused encoder wrote other bytes", round, i)
-			}
-		}
-	}
-	if len(reused.sets) == 0 {
-		t.Fatal("the label set cache stayed empty")
-	}
-}
-
-// SeriesHints are only hints: encoders sharing them, hints that point at
-// another label set (stale, or shared by mistake between two sets) and
-// hints of a reset cache must all write exactly what an unhinted fresh
-// encoder writes.
-func TestSeriesHintsNeverChangeARow(t *testing.T) {
-	r := rand.New(rand.NewPCG(5, 1))
-	batches := randBatches(r, 100)
-	// One hint per distinct label set, as a receiver's cache keeps them,
-	// and one hint shared by every set (always wrong but for one).
-	perSet := map[string]*SeriesHint{}
-	var shared SeriesHint
-	withHints := func(i int, wrong bool) Batch {
-		b := batches[i]
-		b.Series = append([]Series(nil), b.Series...)
-		for j := range b.Series {
-			h := &shared
-			if !wrong {
-				k := b.Series[j].Labels.String()
-				if perSet[k] == nil {
-					perSet[k] = new(SeriesHint)
-				}
-				h = perSet[k]
-			}
-			b.Series[j].Hint = h
-		}
-		return b
-	}
-	// A right hint is used: after one encode, each set is found through it.
-	var one BatchEncoder
-	b0 := withHints(0, false)
-	if _, err := one.Append(nil, &b0); err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range b0.Series {
-		if _, ok := one.hinted(s.Labels, s.Hint); !ok {
-			t.Fatalf("series %v: its hint does not find it", s.Labels)
-		}
-	}
-	var hintMu sync.Mutex // perSet is shared by the encoders below
-	encs := make([]BatchEncoder, 3)
-	var wg sync.WaitGroup
-	errs := make(chan error, len(encs))
-	for w := range encs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for round := range 3 {
-				for i := range batches {
-					hintMu.Lock()
-					b := withHints(i, (i+w+round)%4 == 0)
-					hintMu.Unlock()
-					want, err := EncodeBatch(&batches[i])
-					if err != nil {
-						errs <- err
-						return
-					}
-					got, err := encs[w].Append(nil, &b)
-					if err != nil {
-						errs <- err
-						return
-					}
-					if !bytes.Equal(got, want) {
-						errs <- fmt.Errorf("encoder %d round %d batch %d: a hinted encode wrote other bytes", w, round, i)
-						return
-					}
-				}
-				if round == 1 {
-					encs[w].gid = nil // force a cache reset: every hint goes stale
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
-	hits := 0
-	for _, h := range perSet {
-		if h.v[0].Load() != 0 || h.v[1].Load() != 0 {
-			hits++
-		}
-	}
-	if hits == 0 {
-		t.Fatal("no hint was ever set")
-	}
-}
-
-// Two encoders whose tags share the low bit (one pair in two) both keep
-// their hint in one SeriesHint, rather than overwriting each other's.
-func TestTwoEncodersKeepTheirHints(t *testing.T) {
-	ls := labels.FromStrings("__name__", "up", "job", "a")
-	hint := new(SeriesHint)
-	b := Batch{Series: []Series{{Labels: ls, Samples: []Sample{{T: 1, V: 1}}, Hint: hint}}}
-	for _, tags := range [][2]uint32{{2, 4}, {3, 5}, {2, 3}} {
-		*hint = SeriesHint{}
-		e1, e2 := &BatchEncoder{tag: tags[0]}, &BatchEncoder{tag: tags[1]}
-		for range 3 {
-			for _, e := range []*BatchEncoder{e1, e2} {
-				if _, err := e.Append(nil, &b); err != nil {
-					t.Fatal(err)
-				}
-			}
-		}
-		for _, e := range []*BatchEncoder{e1, e2} {
-			if _, ok := e.hinted(ls, hint); !ok {
-				t.Errorf("tags %v: encoder %d lost its hint", tags, e.tag)
 			}
 		}
 	}
