@@ -97,6 +97,52 @@ func (d *segDir) lookup(h uint64) int {
 	return int(d.ords[i])
 }
 
+// find returns where refs are in the segment, and those it cannot tell
+// apart from another series of the segment by hash (read whole). Few refs
+// are each searched for; many (a metric) are found by a walk of the
+// segment's hashes.
+func (d *segDir) find(x *seriesindex.Index, refs []seriesindex.Ref) (ws []wanted, whole []seriesindex.Ref) {
+	if len(refs) < len(d.hashes)/16 {
+		for _, r := range refs {
+			switch o := d.lookup(x.Hash(r)); {
+			case o >= 0:
+				ws = append(ws, wanted{r, o})
+			case o == -2:
+				whole = append(whole, r)
+			}
+		}
+		return ws, whole
+	}
+	byHash := make(map[uint64]seriesindex.Ref, len(refs))
+	for _, r := range refs {
+		h := x.Hash(r)
+		if other, ok := byHash[h]; ok {
+			// Two series of the question share a hash: both read whole.
+			if other != 0 {
+				whole = append(whole, other)
+				byHash[h] = 0
+			}
+			whole = append(whole, r)
+			continue
+		}
+		byHash[h] = r
+	}
+	for i, h := range d.hashes {
+		r, ok := byHash[h]
+		if !ok || r == 0 {
+			continue
+		}
+		if d.dups && ((i+1 < len(d.hashes) && d.hashes[i+1] == h) || (i > 0 && d.hashes[i-1] == h)) {
+			if !slices.Contains(whole, r) {
+				whole = append(whole, r)
+			}
+			continue
+		}
+		ws = append(ws, wanted{r, int(d.ords[i])})
+	}
+	return ws, whole
+}
+
 // wanted is one series of a Select in one segment.
 type wanted struct {
 	ref seriesindex.Ref
@@ -116,16 +162,7 @@ func (s *store) readSegment(tx *archive.ReadTx, id segmentID, refs []seriesindex
 	if !v2 {
 		return s.readWhole(tx, id, refs, p, acc)
 	}
-	var ws []wanted
-	var whole []seriesindex.Ref
-	for _, r := range refs {
-		switch o := d.lookup(s.x.Hash(r)); {
-		case o >= 0:
-			ws = append(ws, wanted{r, o})
-		case o == -2:
-			whole = append(whole, r)
-		}
-	}
+	ws, whole := d.find(s.x, refs)
 	if len(whole) > 0 {
 		if err := s.readWhole(tx, id, whole, p, acc); err != nil {
 			return err
@@ -147,27 +184,55 @@ func (s *store) readSegment(tx *archive.ReadTx, id segmentID, refs []seriesindex
 	if err != nil {
 		return fmt.Errorf("segment %d: %w", id.seq, err)
 	}
-	var sm promsample.Series
-	for _, w := range ws {
-		sm.Samples, sm.Histograms = sm.Samples[:0], sm.Histograms[:0]
-		if err := sr.ReadSeries(w.ord, p.mint, p.maxt, &sm); err != nil {
-			return fmt.Errorf("segment %d: %w", id.seq, err)
-		}
+	add := func(ref seriesindex.Ref, sm *promsample.Series) error {
 		if len(sm.Samples)+len(sm.Histograms) == 0 {
-			continue
+			return nil
 		}
 		if p.labelsOnly {
-			acc.addRef(w.ref, nil, nil, nil, true, p)
-			continue
+			return acc.addRef(ref, nil, nil, nil, true, p)
 		}
 		fl := slices.Clone(sm.Samples)
 		var hs []promsample.Histogram
 		if len(sm.Histograms) > 0 {
 			hs = slices.Clone(sm.Histograms)
 		}
-		if err := acc.addRef(w.ref, fl, hs, nil, len(fl) > 0, p); err != nil {
-			return err
+		return acc.addRef(ref, fl, hs, nil, len(fl) > 0, p)
+	}
+	// Series close together in the segment (a metric's, or a selector
+	// that keeps most of them) are read in one pass over their rows
+	// (ReadRun); a lone one seeks to its own pages.
+	var sm promsample.Series
+	for lo := 0; lo < len(ws); {
+		hi := lo + 1
+		for hi < len(ws) {
+			_, end := sr.SeriesRows(ws[hi-1].ord)
+			start, _ := sr.SeriesRows(ws[hi].ord)
+			if start-end > promsample.PageRows {
+				break
+			}
+			hi++
 		}
+		if hi-lo == 1 {
+			sm.Samples, sm.Histograms = sm.Samples[:0], sm.Histograms[:0]
+			if err := sr.ReadSeries(ws[lo].ord, p.mint, p.maxt, &sm); err != nil {
+				return fmt.Errorf("segment %d: %w", id.seq, err)
+			}
+			if err := add(ws[lo].ref, &sm); err != nil {
+				return err
+			}
+		} else {
+			ords := make([]int, hi-lo)
+			refOf := make(map[int]seriesindex.Ref, hi-lo)
+			for k, w := range ws[lo:hi] {
+				ords[k] = w.ord
+				refOf[w.ord] = w.ref
+			}
+			err := sr.ReadRun(ords, p.mint, p.maxt, func(o int, sm *promsample.Series) error { return add(refOf[o], sm) })
+			if err != nil {
+				return fmt.Errorf("segment %d: %w", id.seq, err)
+			}
+		}
+		lo = hi
 	}
 	if p.exemplars {
 		return s.readExemplars(tx, id, ws, p, acc)

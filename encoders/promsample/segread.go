@@ -45,7 +45,11 @@ type SegmentReader struct {
 	div   *file.Float64ColumnChunkReader
 	hist  *file.ByteArrayColumnChunkReader
 	bufs  rowGroupReader
-	pages bool // the row group's pages are registered with vr
+	// rowAt: per decoded row, the index of its value in the dense slice of
+	// its kind (tagged) and of its divisor (-1: none); rowBase is the
+	// first decoded row's index in the row group.
+	rowAt   [][2]int32
+	rowBase int64
 }
 
 // NewSegmentReader opens the segment of size bytes that r reads, whose
@@ -216,8 +220,73 @@ func (sr *SegmentReader) openRowGroup(g int) error {
 	return err
 }
 
+// ReadRun reads the series ords (ascending positions in the index's
+// table) in one pass over the rows from the first's to the last's, and
+// calls fn with each one's samples and histograms in [mint, maxt]: a read
+// of many series of one metric reads each page once, where ReadSeries per
+// series would seek for every one. The rows between them are decoded and
+// skipped, so ords should be dense; fn's Series is reused (copy what is
+// kept) and its Labels unset.
+func (sr *SegmentReader) ReadRun(ords []int, mint, maxt int64, fn func(ord int, s *Series) error) (err error) {
+	defer recoverCorrupt(&err)
+	if len(ords) == 0 {
+		return nil
+	}
+	for _, o := range ords {
+		if o < 0 || o >= len(sr.starts)-1 {
+			return fmt.Errorf("promsample: series %d of %d", o, len(sr.starts)-1)
+		}
+	}
+	from, to := sr.starts[ords[0]], sr.starts[ords[len(ords)-1]+1]
+	var cur Series
+	k := 0
+	for pos := from; pos < to; {
+		g := sort.Search(len(sr.rgEnd), func(i int) bool { return sr.rgEnd[i] > pos })
+		if g == len(sr.rgEnd) {
+			return corruptSegment("series rows beyond the last row group", nil)
+		}
+		if err := sr.openRowGroup(g); err != nil {
+			return err
+		}
+		rgStart := sr.rgEnd[g] - sr.x.RowGroups[g].Rows
+		end := min(to, sr.rgEnd[g])
+		if err := sr.decodeRows(pos-rgStart, end-pos); err != nil {
+			return fmt.Errorf("row group %d: %w", g, err)
+		}
+		for k < len(ords) {
+			o := ords[k]
+			a, b := sr.starts[o], sr.starts[o+1]
+			if a >= end {
+				break
+			}
+			if err := sr.emit(int(max(a, pos)-pos), int(min(b, end)-pos), mint, maxt, &cur); err != nil {
+				return err
+			}
+			if b > end {
+				break // goes on in the next row group
+			}
+			if err := fn(o, &cur); err != nil {
+				return err
+			}
+			cur.Samples, cur.Histograms = cur.Samples[:0], cur.Histograms[:0]
+			k++
+		}
+		pos = end
+	}
+	return nil
+}
+
 // readRows reads rows [row, row+n) of the open row group.
 func (sr *SegmentReader) readRows(row, n, mint, maxt int64, s *Series) error {
+	if err := sr.decodeRows(row, n); err != nil {
+		return err
+	}
+	return sr.emit(0, int(n), mint, maxt, s)
+}
+
+// decodeRows reads rows [row, row+n) of the open row group into the
+// reader's buffers and resolves where each row's value is (rowAt).
+func (sr *SegmentReader) decodeRows(row, n int64) error {
 	rr := &sr.bufs
 	var err error
 	if rr.ts, rr.def, err = seekRead(sr.ts, row, n, rr.ts, rr.def); err != nil {
@@ -235,53 +304,81 @@ func (sr *SegmentReader) readRows(row, n, mint, maxt int64, s *Series) error {
 	if rr.ba, rr.hdef, err = seekRead(sr.hist, row, n, rr.ba, rr.hdef); err != nil {
 		return err
 	}
+	// Each row's position in the dense value slice of its kind.
+	sr.rowAt = grow(sr.rowAt, n)
 	vi, ii, di, hi := 0, 0, 0, 0
 	for r := 0; r < int(n); r++ {
-		t := rr.ts[r]
-		keep := t >= mint && t <= maxt
 		switch {
 		case rr.fdef[r] == 1:
 			if vi >= len(rr.vals) {
 				return corruptSegment("fewer values than rows", nil)
 			}
-			if keep {
-				s.Samples = append(s.Samples, Sample{T: t, V: rr.vals[vi]})
-			}
+			sr.rowAt[r] = [2]int32{int32(vi), -1}
 			vi++
 		case rr.idef[r] == 1:
 			if ii >= len(rr.ints) {
 				return corruptSegment("fewer values than rows", nil)
 			}
-			v := float64(rr.ints[ii])
+			d := int32(-1)
 			if rr.ddef[r] == 1 {
 				if di >= len(rr.divs) {
 					return corruptSegment("fewer divisors than rows", nil)
 				}
-				v /= rr.divs[di]
+				d = int32(di)
 				di++
 			}
-			if keep {
-				s.Samples = append(s.Samples, Sample{T: t, V: v})
-			}
+			sr.rowAt[r] = [2]int32{int32(ii) | intTag, d}
 			ii++
 		case rr.hdef[r] == 1:
 			if hi >= len(rr.ba) {
 				return corruptSegment("fewer histograms than rows", nil)
 			}
-			if keep {
-				hr := reader{b: rr.ba[hi]}
-				h := hr.histogram(t)
-				if hr.err == nil && hr.left() != 0 {
-					hr.fail("trailing histogram bytes")
-				}
-				if hr.err != nil {
-					return corruptSegment(fmt.Sprintf("histogram at row %d", row+int64(r)), hr.err)
-				}
-				s.Histograms = append(s.Histograms, h)
-			}
+			sr.rowAt[r] = [2]int32{int32(hi) | histTag, -1}
 			hi++
 		default:
 			return corruptSegment(fmt.Sprintf("row %d has no value", row+int64(r)), nil)
+		}
+	}
+	sr.rowBase = row
+	return nil
+}
+
+// Tags of rowAt's first element: which dense slice the row's value is in.
+const (
+	intTag  = 1 << 29
+	histTag = 1 << 30
+	tagMask = intTag | histTag
+)
+
+// emit appends rows [lo, hi) of the decoded rows in [mint, maxt] to s.
+func (sr *SegmentReader) emit(lo, hi int, mint, maxt int64, s *Series) error {
+	rr := &sr.bufs
+	for r := lo; r < hi; r++ {
+		t := rr.ts[r]
+		if t < mint || t > maxt {
+			continue
+		}
+		at := sr.rowAt[r]
+		i := int(at[0] &^ tagMask)
+		switch at[0] & tagMask {
+		case 0:
+			s.Samples = append(s.Samples, Sample{T: t, V: rr.vals[i]})
+		case intTag:
+			v := float64(rr.ints[i])
+			if at[1] >= 0 {
+				v /= rr.divs[at[1]]
+			}
+			s.Samples = append(s.Samples, Sample{T: t, V: v})
+		default:
+			hr := reader{b: rr.ba[i]}
+			h := hr.histogram(t)
+			if hr.err == nil && hr.left() != 0 {
+				hr.fail("trailing histogram bytes")
+			}
+			if hr.err != nil {
+				return corruptSegment(fmt.Sprintf("histogram at row %d", sr.rowBase+int64(r)), hr.err)
+			}
+			s.Histograms = append(s.Histograms, h)
 		}
 	}
 	return nil

@@ -164,3 +164,57 @@ func TestSegmentReaderRefusesDamage(t *testing.T) {
 		t.Fatalf("format-1 index: err = %v", err)
 	}
 }
+
+// ReadRun reads what ReadSeries reads, series by series, for any ascending
+// set of series, across row groups and long series cut into pieces.
+func TestReadRunMatchesReadSeries(t *testing.T) {
+	for seed := uint64(0); seed < 12; seed++ {
+		r := rand.New(rand.NewPCG(seed, 7))
+		enc := &Encoder{Opts: Options{RowGroupRows: 1 + r.IntN(40)}}
+		seg, x := encodeFor(t, enc, randBatches(r, 50))
+		mint, maxt := int64(math.MinInt64), int64(math.MaxInt64)
+		if seed%3 == 1 {
+			mint, maxt = int64(r.IntN(500000)), int64(500000+r.IntN(500000))
+		}
+		var ords []int
+		for i := 0; i < x.Table.Len(); i++ {
+			if seed%2 == 0 || r.IntN(3) == 0 {
+				ords = append(ords, i)
+			}
+		}
+		one, err := NewSegmentReader(bytes.NewReader(seg.Bytes), int64(len(seg.Bytes)), x)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := map[int]Series{}
+		for _, o := range ords {
+			var s Series
+			if err := one.ReadSeries(o, mint, maxt, &s); err != nil {
+				t.Fatal(err)
+			}
+			want[o] = s
+		}
+		run, err := NewSegmentReader(bytes.NewReader(seg.Bytes), int64(len(seg.Bytes)), x)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen := 0
+		err = run.ReadRun(ords, mint, maxt, func(o int, s *Series) error {
+			w := want[o]
+			if d := diffSamples(s.Samples, w.Samples); d != "" {
+				t.Fatalf("seed %d series %d: %s", seed, o, d)
+			}
+			if d := diffHists(s.Histograms, w.Histograms); d != "" {
+				t.Fatalf("seed %d series %d: %s", seed, o, d)
+			}
+			seen++
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if seen != len(ords) {
+			t.Fatalf("seed %d: ReadRun reported %d of %d series", seed, seen, len(ords))
+		}
+	}
+}
