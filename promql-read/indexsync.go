@@ -53,8 +53,9 @@ func (s *store) tailOf(k streamRef) *tail {
 	return t
 }
 
-// syncSegments indexes a stream's segments that are not yet indexed.
-func (s *store) syncSegments(tx *archive.ReadTx, src archive.SourceID, stream string, segs []archive.StreamSegment) error {
+// syncSegments indexes a stream's segments that are not yet indexed, and
+// reports whether some it had indexed are gone (compacted or evicted).
+func (s *store) syncSegments(tx *archive.ReadTx, src archive.SourceID, stream string, segs []archive.StreamSegment) (removed bool, err error) {
 	k := streamRef{src, stream}
 	s.idx.mu.Lock()
 	if s.idx.segs == nil {
@@ -78,30 +79,50 @@ func (s *store) syncSegments(tx *archive.ReadTx, src archive.SourceID, stream st
 		for id := range known {
 			if _, ok := live[id]; !ok {
 				delete(known, id) // compacted or evicted
+				removed = true
 			}
 		}
 	}
 	s.idx.mu.Unlock()
 	if len(todo) == 0 {
-		return nil
+		return removed, nil
 	}
 	loc := s.x.Loc(int64(src), stream)
 	for _, id := range todo {
 		raw, ok, err := tx.SegmentIndex(id.source, id.stream, id.seq)
 		if err != nil {
-			return err
+			return removed, err
 		}
 		if !ok {
-			return fmt.Errorf("segment %d listed but absent", id.seq)
+			return removed, fmt.Errorf("segment %d listed but absent", id.seq)
 		}
 		if err := s.indexSegment(tx, id, raw, loc); err != nil {
-			return fmt.Errorf("indexing segment %d: %w", id.seq, err)
+			return removed, fmt.Errorf("indexing segment %d: %w", id.seq, err)
 		}
 		s.idx.mu.Lock()
 		known[id] = struct{}{}
 		s.idx.mu.Unlock()
 	}
-	return nil
+	return removed, nil
+}
+
+// collect removes from the index the series of a stream whose data is
+// all gone: received before the oldest row the stream still holds (its
+// oldest segment's first row, or its first live row), and not being
+// written (seriesindex.Index.Collect).
+func (s *store) collect(src archive.SourceID, stream string, segs []archive.StreamSegment, span archive.Span) {
+	oldest := int64(math.MaxInt64)
+	for _, m := range segs {
+		oldest = min(oldest, m.FirstTS)
+	}
+	if span.Rows > 0 {
+		oldest = min(oldest, span.FirstTS)
+	}
+	gone := s.x.Collect(s.x.Loc(int64(src), stream), oldest)
+	s.x.Remove(gone)
+	if len(gone) > 0 {
+		s.opts.Logger.Debug("series without data left the index", "source", src, "stream", stream, "series", len(gone))
+	}
 }
 
 // indexSegment adds the series of one segment (its catalog index raw) to
@@ -179,7 +200,8 @@ func indexTable(x *seriesindex.Index, t *promsample.SeriesTable, loc seriesindex
 // syncStream brings the index up to the snapshot for one stream, and
 // returns its tail locked for reading (unlock when done).
 func (s *store) syncStream(c *catalog, src archive.SourceID, stream string, segs []archive.StreamSegment) (tailView, func(), error) {
-	if err := s.syncSegments(c.tx, src, stream, segs); err != nil {
+	removed, err := s.syncSegments(c.tx, src, stream, segs)
+	if err != nil {
 		return tailView{}, nil, err
 	}
 	var watermark int64
@@ -198,6 +220,9 @@ func (s *store) syncStream(c *catalog, src archive.SourceID, stream string, segs
 	if err != nil {
 		t.mu.Unlock()
 		return tailView{}, nil, fmt.Errorf("live tail: %w", err)
+	}
+	if removed {
+		s.collect(src, stream, segs, span)
 	}
 	return v, t.mu.Unlock, nil
 }

@@ -3,7 +3,9 @@ package promread
 import (
 	"context"
 	"math"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/storage"
@@ -171,5 +173,41 @@ func TestSegmentsPrunedBySampleTime(t *testing.T) {
 	// their directories, are outside the range.
 	if n := q.s.segmentsRead.Load(); n != 1 {
 		t.Fatalf("%d segments read, want 1", n)
+	}
+}
+
+// A series whose data retention removed leaves the index: label values
+// and series no longer name it; one that still has data stays.
+func TestEvictedSeriesLeaveTheIndex(t *testing.T) {
+	f := newFixture(t)
+	old, keep := ls("__name__", "m", "id", "old"), ls("__name__", "m", "id", "keep")
+	f.write("s", promsample.Batch{Series: []promsample.Series{{Labels: old, Samples: []promsample.Sample{{T: 1, V: 1}}}}})
+	f.seal("s")
+	q, err := NewQueryable(f.a, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	values := func() []string {
+		t.Helper()
+		vals, err := q.s.labelValues(context.Background(), math.MinInt64, math.MaxInt64, "id", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return vals
+	}
+	if got := values(); !slices.Equal(got, []string{"old"}) {
+		t.Fatalf("before: %v", got)
+	}
+	cutoff := time.Now().UnixNano()
+	f.write("s", promsample.Batch{Series: []promsample.Series{{Labels: keep, Samples: []promsample.Sample{{T: 2, V: 2}}}}})
+	f.seal("s")
+	if _, err := f.w.EvictBefore(context.Background(), f.srcs["s"], cutoff); err != nil {
+		t.Fatal(err)
+	}
+	if got := values(); !slices.Equal(got, []string{"keep"}) {
+		t.Fatalf("after the eviction: %v, want [keep]", got)
+	}
+	if q.s.x.Get(old) != 0 || q.s.x.Get(keep) == 0 {
+		t.Fatal("the evicted series is still indexed, or the kept one is not")
 	}
 }

@@ -40,8 +40,8 @@ type Index struct {
 	// replaced (under mu) when it grows.
 	chunks atomic.Pointer[[]*[chunkSize]entry]
 	mu     sync.Mutex // allocation of refs and chunks
-	next   Ref        // refs ever handed out
-	free   []Ref      // removed refs, reused first
+	next   Ref         // refs ever handed out
+	free   []freedRef  // removed refs, oldest first, reused after ReuseAfter
 	live   atomic.Int64
 
 	post postings
@@ -52,6 +52,17 @@ type Index struct {
 	extra  map[Ref][]Loc // locations beyond an entry's first (rare: one series sent by several sources)
 
 	start time.Time // Touch's clock origin
+}
+
+// ReuseAfter is how long a removed series' Ref stays unused: a request
+// decoded just before the removal, or a question that selected it, may
+// still hold it (a write waits at most 30 s for the writer, a question 2
+// minutes), and must find the labels it named, not another series'.
+const ReuseAfter = 10 * time.Minute
+
+type freedRef struct {
+	ref Ref
+	at  time.Time
 }
 
 const (
@@ -171,9 +182,9 @@ func (x *Index) Add(ls labels.Labels) (ref Ref, added bool) {
 func (x *Index) alloc() Ref {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	if n := len(x.free); n > 0 {
-		r := x.free[n-1]
-		x.free = x.free[:n-1]
+	if len(x.free) > 0 && time.Since(x.free[0].at) >= ReuseAfter {
+		r := x.free[0].ref
+		x.free = x.free[1:]
 		return r
 	}
 	x.next++
@@ -215,8 +226,11 @@ func (x *Index) Remove(refs []Ref) {
 		delete(x.extra, r)
 	}
 	x.locMu.Unlock()
+	now := time.Now()
 	x.mu.Lock()
-	x.free = append(x.free, gone...)
+	for _, r := range gone {
+		x.free = append(x.free, freedRef{r, now})
+	}
 	x.mu.Unlock()
 	x.live.Add(-int64(len(gone)))
 }
@@ -505,4 +519,25 @@ func (x *Index) SymbolID(s string) (uint32, bool) { return x.syms.lookup(s) }
 // (symbol ids, as Pairs returns them), or 0.
 func (x *Index) FindPairs(hash uint64, pairs []uint32) Ref {
 	return x.Find(hash, func(r Ref) bool { return slices.Equal(x.entry(r).pairs, pairs) })
+}
+
+// Collect returns the series whose data lives only at loc, all of it in
+// rows received before before (Unix ns), and that ingest is not writing
+// (no anchor: idle longer than the ingester's idle timeout, or never
+// written by this process): what a retention that removed everything of
+// loc older than before has left without data.
+func (x *Index) Collect(loc Loc, before int64) []Ref {
+	var out []Ref
+	max := x.maxRef()
+	for r := Ref(1); r <= max; r++ {
+		e := x.entry(r)
+		f := e.flags.Load()
+		if f&flagLive == 0 || f&flagMultiLoc != 0 || Loc(e.loc.Load()) != loc {
+			continue
+		}
+		if e.lastRecv.Load() < before && e.anchor.Load() == 0 {
+			out = append(out, r)
+		}
+	}
+	return out
 }

@@ -312,3 +312,29 @@ func TestValidatedFlags(t *testing.T) {
 		t.Fatal("legacy validation lost")
 	}
 }
+
+// Collect names the series of a location with no data received since a
+// cut and no ingest state; Remove keeps their Refs unused for ReuseAfter.
+func TestCollectAndReuse(t *testing.T) {
+	x := New()
+	loc, other := x.Loc(1, "a"), x.Loc(1, "b")
+	old, _ := x.Add(seriesN(1))
+	x.Observe(old, loc, 0, 10, 100)
+	fresh, _ := x.Add(seriesN(2))
+	x.Observe(fresh, loc, 0, 10, 300)
+	written, _ := x.Add(seriesN(3))
+	x.Observe(written, loc, 0, 10, 100)
+	x.SetAnchor(written, 5)
+	elsewhere, _ := x.Add(seriesN(4))
+	x.Observe(elsewhere, other, 0, 10, 100)
+	if got := x.Collect(loc, 200); !slices.Equal(got, []Ref{old}) {
+		t.Fatalf("Collect = %v, want [%d]", got, old)
+	}
+	x.Remove([]Ref{old})
+	if r, _ := x.Add(seriesN(5)); r == old {
+		t.Fatal("a removed Ref was reused at once")
+	}
+	if got := x.Labels(old); !labels.Equal(got, seriesN(1)) {
+		t.Fatalf("a removed series' labels changed: %v", got)
+	}
+}
