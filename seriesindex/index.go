@@ -40,8 +40,8 @@ type Index struct {
 	// replaced (under mu) when it grows.
 	chunks atomic.Pointer[[]*[chunkSize]entry]
 	mu     sync.Mutex // allocation of refs and chunks
-	next   Ref         // refs ever handed out
-	free   []freedRef  // removed refs, oldest first, reused after ReuseAfter
+	next   Ref        // refs ever handed out
+	free   []freedRef // removed refs, oldest first, reused after ReuseAfter
 	live   atomic.Int64
 
 	post postings

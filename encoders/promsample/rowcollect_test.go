@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/dendro-receiver/dendro-receiver/archive"
-
 )
 
 // The seal's row collector must build exactly the segment that decoding

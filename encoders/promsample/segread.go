@@ -38,13 +38,13 @@ type SegmentReader struct {
 	rgEnd  []int64 // end row of each row group
 	starts []int64 // the series table's row starts
 	// per row group, the readers of the paged columns, made on first use
-	rg    int
-	ts    *file.Int64ColumnChunkReader
-	val   *file.Float64ColumnChunkReader
-	ival  *file.Int64ColumnChunkReader
-	div   *file.Float64ColumnChunkReader
-	hist  *file.ByteArrayColumnChunkReader
-	bufs  rowGroupReader
+	rg   int
+	ts   *file.Int64ColumnChunkReader
+	val  *file.Float64ColumnChunkReader
+	ival *file.Int64ColumnChunkReader
+	div  *file.Float64ColumnChunkReader
+	hist *file.ByteArrayColumnChunkReader
+	bufs rowGroupReader
 	// rowAt: per decoded row, the index of its value in the dense slice of
 	// its kind (tagged) and of its divisor (-1: none); rowBase is the
 	// first decoded row's index in the row group.
