@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"runtime"
 	"sync"
 	"time"
 
@@ -245,9 +246,105 @@ func (s *store) syncAll(ctx context.Context, nc nameConstraint) error {
 
 // Warm indexes the whole archive: every segment's series table and every
 // stream's live tail. A server calls it before it reports ready, so that
-// the first question after a restart costs what any other does.
+// the first question after a restart costs what any other does. The
+// segments' tables are read in one snapshot and indexed on every
+// processor.
 func (q *Queryable) Warm(ctx context.Context) error {
+	if err := q.s.warmSegments(ctx); err != nil {
+		return err
+	}
 	return q.s.syncAll(ctx, nameConstraint{all: true})
+}
+
+// warmSegments indexes every segment not yet indexed, parsing and
+// inserting their series tables on GOMAXPROCS goroutines while one reads
+// them from the archive.
+func (s *store) warmSegments(ctx context.Context) error {
+	type job struct {
+		k   streamRef
+		id  segmentID
+		raw []byte
+		loc seriesindex.Loc
+	}
+	workers := runtime.GOMAXPROCS(0)
+	jobs := make(chan job, workers)
+	errs := make(chan error, workers)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range jobs {
+				x, err := promsample.ParseIndex(j.raw)
+				if err != nil {
+					select {
+					case errs <- fmt.Errorf("segment %d: %w", j.id.seq, err):
+					default:
+					}
+					continue
+				}
+				indexTable(s.x, x.Table, j.loc, x.MinT, x.MaxT, j.id.lastTS)
+				d := newSegDir(&x)
+				s.cache.put(cacheKey{seg: j.id, kind: kindDir}, d, d.bytes)
+				s.idx.mu.Lock()
+				s.idx.segs[j.k][j.id] = struct{}{}
+				s.idx.mu.Unlock()
+			}
+		}()
+	}
+	err := s.viewStreams(ctx, nameConstraint{all: true}, func(c *catalog, src archive.SourceInfo, st string, segs []archive.StreamSegment) error {
+		k := streamRef{src.ID, st}
+		loc := s.x.Loc(int64(src.ID), st)
+		s.idx.mu.Lock()
+		if s.idx.segs == nil {
+			s.idx.segs = map[streamRef]map[segmentID]struct{}{}
+		}
+		if s.idx.segs[k] == nil {
+			s.idx.segs[k] = map[segmentID]struct{}{}
+		}
+		s.idx.mu.Unlock()
+		for _, m := range segs {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			id := s.segID(src.ID, m)
+			raw, ok, err := c.tx.SegmentIndex(id.source, id.stream, id.seq)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				continue // inside one snapshot a listed segment cannot vanish
+			}
+			if promsample.IndexHasTable(raw) {
+				select {
+				case jobs <- job{k: k, id: id, raw: raw, loc: loc}:
+				case err := <-errs:
+					return err
+				}
+				continue
+			}
+			// An index without a series table: indexed from the
+			// segment's label columns, here (it needs the snapshot).
+			if err := s.indexSegment(c.tx, id, raw, loc); err != nil {
+				return fmt.Errorf("indexing segment %d: %w", id.seq, err)
+			}
+			s.idx.mu.Lock()
+			s.idx.segs[k][id] = struct{}{}
+			s.idx.mu.Unlock()
+		}
+		return nil
+	})
+	close(jobs)
+	wg.Wait()
+	if err != nil {
+		return err
+	}
+	select {
+	case err := <-errs:
+		return err
+	default:
+		return nil
+	}
 }
 
 // Follow keeps the index and the live tails current with the archive until

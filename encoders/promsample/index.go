@@ -191,3 +191,7 @@ func (r *reader) nonNeg() int64 {
 	}
 	return int64(v)
 }
+
+// IndexHasTable reports whether an encoded index (Segment.Index) is of a
+// format that carries the series table, without parsing it.
+func IndexHasTable(b []byte) bool { return len(b) > 0 && b[0] == indexFormatV2 }
