@@ -274,13 +274,8 @@ func (t *tail) apply(x *seriesindex.Index, rows []archive.Row) error {
 				continue
 			}
 			id := base + k
-			if id >= len(p.locals) {
-				grown := make([]int32, id+1)
-				copy(grown, p.locals)
-				for j := len(p.locals); j < len(grown); j++ {
-					grown[j] = -1
-				}
-				p.locals = grown
+			for id >= len(p.locals) {
+				p.locals = append(p.locals, -1) // amortized: an epoch anchors ids in order
 			}
 			p.locals[id] = idx
 		}
