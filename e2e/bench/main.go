@@ -43,6 +43,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if o.Report != "" {
+		return reprint(o.Report, stdout)
+	}
 	if o.Tree == "" {
 		if o.Tree, err = moduleRoot(ctx); err != nil {
 			return err
@@ -78,6 +81,7 @@ func parseFlags(args []string, stderr io.Writer) (Options, error) {
 	fs.StringVar(&o.Tree, "tree", "", "module root to build ./cmd/dendro-receiver from (default: the current module)")
 	fs.StringVar(&o.PrometheusBin, "prometheus", "", "Prometheus binary (default: prometheus on PATH)")
 	fs.StringVar(&o.VMBin, "victoria-metrics", "", "VictoriaMetrics binary (default: victoria-metrics on PATH)")
+	fs.StringVar(&o.Report, "report", "", "print the table of this JSON report again, from its runs, and run nothing")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return o, err

@@ -77,6 +77,7 @@ type Options struct {
 	Tree          string `json:"-"` // the module whose ./cmd/dendro-receiver is built; "" = the current directory's
 	PrometheusBin string `json:"-"` // "" = prometheus from PATH
 	VMBin         string `json:"-"` // "" = victoria-metrics from PATH
+	Report        string `json:"-"` // a JSON report to print again instead of running
 }
 
 // The two presets. Full: sized so the whole run fits in 40 minutes on 2

@@ -403,6 +403,28 @@ func short(v float64) string {
 	return group(v)
 }
 
+// reprint prints the table of the JSON report at path, its blocks built
+// again from its runs, and fails as the run did if any run was refused.
+func reprint(path string, w io.Writer) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("bench: report: %w", err)
+	}
+	var r Report
+	if err := json.Unmarshal(b, &r); err != nil {
+		return fmt.Errorf("bench: report %s: %w", path, err)
+	}
+	r.Blocks = buildBlocks(r.Runs, r.Servers)
+	r.Failures = failures(r.Runs, r.Servers)
+	if err := r.WriteTable(w); err != nil {
+		return err
+	}
+	if len(r.Failures) > 0 {
+		return fmt.Errorf("bench: %d run(s) in %s were refused or failed", len(r.Failures), path)
+	}
+	return nil
+}
+
 // WriteJSON writes the report to dir/<start time>.json and returns the
 // path.
 func (r *Report) WriteJSON(dir string) (string, error) {

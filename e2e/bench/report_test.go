@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -140,6 +142,15 @@ func TestTableAndJSON(t *testing.T) {
 	got := back.Blocks[0].Rows[0].Cells[1]
 	if got.Server != "vm" || !near(got.Median, 1813) || !near(got.Ratio, 1813.0/2064) {
 		t.Errorf("JSON ingest cell of vm: %+v", got)
+	}
+
+	// --report prints the same table again from the file.
+	var again strings.Builder
+	if err := run(context.Background(), []string{"--report", path}, &again, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if again.String() != table {
+		t.Errorf("--report printed\n%s\nwant\n%s", again.String(), table)
 	}
 }
 
