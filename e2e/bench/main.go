@@ -64,7 +64,7 @@ func parseFlags(args []string, stderr io.Writer) (Options, error) {
 			"under the same remote-write load, verifies every sample, and prints the table (see doc.go).\n\n")
 		fs.PrintDefaults()
 	}
-	scales := fs.String("scales", "", "data sets as SERIESxSAMPLES/STEP/ROUNDS,... (default: the full preset "+scalesString(fullScales)+"; --quick: "+scalesString(quickScales)+")")
+	scales := fs.String("scales", "", "data sets as SERIESxSAMPLES/STEP/ROUNDS,... (default: the full preset "+scalesString(fullScales())+"; --quick: "+scalesString(quickScales())+")")
 	perSeries := fs.String("per-series", "1,4", "request shapes: samples per series per request")
 	servers := fs.String("servers", "dendro,vm,prometheus", "servers to run, dendro first")
 	fs.BoolVar(&o.Quick, "quick", false, "the smoke-test preset: 10 k and 100 k series, one round, a few minutes")

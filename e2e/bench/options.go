@@ -80,26 +80,29 @@ type Options struct {
 	Report        string `json:"-"` // a JSON report to print again instead of running
 }
 
-// The two presets. Full: sized so the whole run fits in 40 minutes on 2
-// cores (see doc.go for the arithmetic); quick: a smoke test of the
-// harness, a few minutes.
-var (
-	fullScales = []Scale{
+// fullScales is the full preset, sized so the whole run fits in 40
+// minutes on 2 cores (see doc.go for the arithmetic).
+func fullScales() []Scale {
+	return []Scale{
 		{Series: 10_000, Samples: 720, Step: 10 * time.Second, Rounds: 3},
 		{Series: 100_000, Samples: 120, Step: 15 * time.Second, Rounds: 1},
 		{Series: 1_000_000, Samples: 12, Step: 15 * time.Second, Rounds: 1},
 	}
-	quickScales = []Scale{
+}
+
+// quickScales is --quick: a smoke test of the harness, a few minutes.
+func quickScales() []Scale {
+	return []Scale{
 		{Series: 10_000, Samples: 120, Step: 15 * time.Second, Rounds: 1},
 		{Series: 100_000, Samples: 12, Step: 15 * time.Second, Rounds: 1},
 	}
-)
+}
 
 func (o Options) withDefaults() Options {
 	if len(o.Scales) == 0 {
-		o.Scales = fullScales
+		o.Scales = fullScales()
 		if o.Quick {
-			o.Scales = quickScales
+			o.Scales = quickScales()
 		}
 	}
 	if len(o.PerSeries) == 0 {

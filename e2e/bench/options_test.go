@@ -30,7 +30,7 @@ func TestFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	o = o.withDefaults()
-	if !o.Quick || len(o.Scales) != len(quickScales) || o.Scales[1].Series != 100_000 || len(o.PerSeries) != 1 || o.PerSeries[0] != 4 || len(o.Servers) != 2 {
+	if !o.Quick || len(o.Scales) != len(quickScales()) || o.Scales[1].Series != 100_000 || len(o.PerSeries) != 1 || o.PerSeries[0] != 4 || len(o.Servers) != 2 {
 		t.Fatalf("options %+v", o)
 	}
 	for _, bad := range [][]string{
