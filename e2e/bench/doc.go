@@ -1,0 +1,88 @@
+// Command bench measures dendro-receiver beside VictoriaMetrics and
+// Prometheus on one machine, under the same remote-write load, and reports
+// only figures whose data it read back whole:
+//
+//	go run ./e2e/bench            # the full run: 10 k, 100 k and 1 M series, under 40 minutes on 2 cores
+//	go run ./e2e/bench --quick    # 10 k and 100 k, one round, a few minutes: CI's smoke test
+//
+// Users choose a remote-write target by its numbers, and those numbers
+// move with the number of series, so the benchmark lives in the repository
+// where anyone can rerun it, rather than in scripts beside it.
+//
+// # What a run does
+//
+// It builds ./cmd/dendro-receiver from the tree (CGO_ENABLED=0, as the
+// Dockerfile does) and finds victoria-metrics and prometheus on PATH (the
+// Debian packages: VictoriaMetrics 1.79, Prometheus 2.42 with
+// --web.enable-remote-write-receiver); a missing peer is skipped with a
+// note, never replaced. For each scale, for each request shape (1 and 4
+// samples per series per request), it encodes the load once (Dataset,
+// Layout, Encode) and, for each round, runs every server once, in
+// alternation, each round starting with the next server, so that the
+// machine's drift and the position in the order hit all alike. A run
+// (measure) is:
+//
+//  1. start the server fresh: a new data directory, a free loopback port;
+//  2. send the load: 4 senders, series sharded over them, 2,000 samples a
+//     request, remote-write 1.0 (protobuf, snappy), retried on 5xx;
+//  3. wait until the server is idle (IdlePolicy), reading utime+stime,
+//     write_bytes and VmHWM from /proc before the load and then;
+//  4. flush (VictoriaMetrics /internal/force_flush; Prometheus a TSDB
+//     snapshot with its head; dendro-receiver has nothing to flush: it
+//     seals by policy);
+//  5. in the runs of the shape --reads-at names (1 sample per series per
+//     request: every shape stores the same data): stop, measure the data
+//     directory, restart, ask each latency query once (the first ask
+//     after a restart), then each warm (WarmPolicy), then read every
+//     sample back (Verify) and stop; in the other runs: read back, stop,
+//     measure the data directory.
+//
+// # What "verified" means
+//
+// Verify reads every series back (remote-read, SAMPLES response, for
+// dendro-receiver and Prometheus; /api/v1/export for VictoriaMetrics,
+// which has no remote-read) and compares each sample with the generator:
+// timestamp equal, float bits equal (exact), or for VictoriaMetrics, which
+// keeps ~12 significant decimal digits, within a relative 1e-11 (inexact,
+// and the bit-exact share is reported). A missing, extra, duplicated or
+// changed sample refuses the run: its figures are left out of the table,
+// a line says why, and the command exits 1. The latency queries check the
+// shape of their answers too (how many values, series, points).
+//
+// # The full preset, and why these sizes
+//
+// 10,000 series × 720 samples at 10 s (2 h, 7.2 M samples, three rounds);
+// 100,000 × 120 at 15 s (30 min, 12 M, one round); 1,000,000 × 12 at 15 s
+// (3 min, 12 M, one round). Measured on the project's 2-core machine (b4fef0d),
+// a 1 M-series run of one shape takes 2 to 7 minutes per server (Prometheus
+// ingests 50 k samples/s there and replays 35 s of WAL at a restart;
+// dendro-receiver's reads take seconds each), so 1 M series fit only with
+// few samples; every sample is read back, which costs as much again as
+// the ingest. The spans stay under 3 h so Prometheus never compacts its
+// head during a run (its CPU would land outside the window at random)
+// and "after flush" means the same for every scale. At 1 M series the
+// load is mostly the first samples of new series: it measures series
+// creation as much as appends. --scales changes all of it.
+//
+// # Caveats
+//
+//   - The machine is shared: the load average at the start and end is in
+//     the header; compare ratios within one run more than absolute figures.
+//   - "First after restart" is each query's first ask after a process
+//     restart, in the table's order; the OS page cache is warm.
+//   - VictoriaMetrics gets nocache=1 on /api/v1/query and query_range,
+//     which turns its rollup result cache off for repeats.
+//   - CPU counts the server process only; the benchmark's own CPU (the
+//     sender, the verifier) competes on the same cores, alike for all.
+//
+// The report is printed as Markdown tables (median, min–max over rounds,
+// each peer's ratio to dendro-receiver) and written as JSON to
+// bench-results/<start time>.json (--out), every run's figures included.
+//
+// Files: dataset.go (the generator), plan.go (requests), send.go,
+// readclient.go (remote-read, export), verify.go, server.go (the three
+// servers as processes; target is the seam the tests' fakes use),
+// procstat.go and idle.go (/proc), queries.go (latency), results.go and
+// report.go (rows, table, JSON), bench.go (the run loop), options.go,
+// machine.go, main.go (flags).
+package main
