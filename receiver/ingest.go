@@ -358,7 +358,8 @@ func (in *Ingester) Write(ctx context.Context, name string, series []Series, met
 
 	// Encode and enqueue under the epochs' read lock (epochs.go, rule 1).
 	st.mu.RLock()
-	epochs := make([]*epochState, 0, 4)
+	epochs := make([]*epochState, 0, 8) // per row: its epoch
+	sampleCounts := make([]int, 0, 8)   // per row: about its samples
 	var rows []archive.Row
 	for b := 0; b < st.buckets; b++ {
 		idx := sc.order[sc.count[b]:sc.count[b+1]]
@@ -367,12 +368,18 @@ func (in *Ingester) Write(ctx context.Context, name string, series []Series, met
 		}
 		ep := st.epochs[b]
 		var err error
+		n0 := len(rows)
 		if rows, err = in.appendRows(sc, ep, rows, st.names[b], series, idx, sc.meta[b]); err != nil {
 			st.mu.RUnlock()
 			return Counts{}, fmt.Errorf("%w: %w", ErrRejected, err)
 		}
-		for len(epochs) < len(rows) {
+		n := 0
+		for _, i := range idx {
+			n += len(series[i].Samples) + len(series[i].Histograms)
+		}
+		for k := n0; k < len(rows); k++ {
 			epochs = append(epochs, ep)
+			sampleCounts = append(sampleCounts, n/(len(rows)-n0))
 		}
 	}
 	if len(rows) == 0 {
@@ -412,7 +419,8 @@ func (in *Ingester) Write(ctx context.Context, name string, series []Series, met
 	for i, r := range rows {
 		ep := epochs[i]
 		ep.rows.Add(1)
-		if ep.bytes.Add(int64(len(r.Data))) >= in.opts.Seal.MaxBytes || ep.rows.Load() >= in.opts.Seal.MaxRows {
+		ep.samples.Add(int64(sampleCounts[i]))
+		if ep.bytes.Add(int64(len(r.Data))) >= in.opts.Seal.MaxBytes || (ep.rows.Load() >= in.opts.Seal.MaxRows && !ep.thin()) {
 			if b := st.bucketOf(r.Stream); b >= 0 {
 				grown = append(grown, b)
 			}
@@ -580,6 +588,46 @@ func (in *Ingester) SealDue(ctx context.Context) {
 	}
 }
 
+// minSamplesPerSeries: a stream with more than manySeries series in its
+// epoch that is due only by its row count is sealed once the epoch holds
+// this many samples per series. At a million series a stream's 900 rows
+// hold ~2 samples of each of its ~125 k series, and a segment, like the
+// live tail, costs per series before it costs per sample (labels in its
+// columns and table, a seal's sort); so at high cardinality a seal waits
+// for a segment's worth of samples, within the policy's bytes and age.
+// At 10 k series 900 rows hold ~180 per series and nothing changes.
+const (
+	minSamplesPerSeries = 8
+	manySeries          = 4096
+)
+
+// thin reports whether epoch ep holds many series with few samples each.
+func (ep *epochState) thin() bool {
+	n := int64(ep.next.Load())
+	return n > manySeries && ep.samples.Load() < minSamplesPerSeries*n
+}
+
+// worthSealing reports whether stream k, due by account a, should seal
+// now (called with in.mu held).
+func (in *Ingester) worthSealing(k streamKey, a *archive.SegmentAccount, now time.Time) bool {
+	maxBytes, _, maxAge := a.Targets()
+	if a.Bytes() >= maxBytes || now.Sub(a.Opened()) >= maxAge {
+		return true
+	}
+	st := in.byID[k.source]
+	if st == nil {
+		return true
+	}
+	b := st.bucketOf(k.stream)
+	if b < 0 {
+		return true
+	}
+	st.mu.RLock()
+	ep := st.epochs[b]
+	st.mu.RUnlock()
+	return !ep.thin()
+}
+
 // maxSealRounds bounds the rounds of one SealDue, so that a writer behind
 // the appends does not keep Run from retention and compaction.
 const maxSealRounds = 4
@@ -598,7 +646,7 @@ func (in *Ingester) sealDueRound(ctx context.Context) bool {
 	due := map[archive.SourceID][]dueStream{}
 	in.mu.Lock()
 	for k, a := range in.accounts {
-		if a.Due(now) {
+		if a.Due(now) && in.worthSealing(k, a, now) {
 			due[k.source] = append(due[k.source], dueStream{k.stream, a.Rows(), a.Bytes(), a.Opened()})
 			a.Rotate(in.opts.Seal, now)
 		}

@@ -504,3 +504,34 @@ func TestBoundedSealsCarryTheirLeftRows(t *testing.T) {
 		t.Fatalf("read back %v before and %v after; want m1 with 7 and 13 samples", before, after)
 	}
 }
+
+// TestThinEpochsWaitForSamples: a stream of many series due only by its
+// row count is not sealed while its epoch holds fewer than
+// minSamplesPerSeries samples a series, and is once it does.
+func TestThinEpochsWaitForSamples(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "a.db")
+	s := openStackBuckets(t, path, archive.SealPolicy{MaxRows: 4}, 1)
+	send := func(r int) {
+		t.Helper()
+		var wr prompb.WriteRequest
+		for i := 0; i < manySeries+100; i++ {
+			wr.Timeseries = append(wr.Timeseries, prompb.TimeSeries{Labels: lbl("__name__", "m", "i", fmt.Sprint(i)),
+				Samples: []prompb.Sample{{Timestamp: int64(r) * 1000, Value: float64(r)}}})
+		}
+		if a := post(t, s.url, bytes.NewReader(encodeV1(t, &wr)), v1Headers()); a.code != http.StatusNoContent {
+			t.Fatalf("%d %s", a.code, a.body)
+		}
+	}
+	for r := 0; r < minSamplesPerSeries-1; r++ {
+		send(r)
+	}
+	s.ing.SealDue(context.Background())
+	if n := s.w.Stats().Seals; n != 0 {
+		t.Fatalf("%d seals of a thin epoch (%d rows, policy 4)", n, minSamplesPerSeries-1)
+	}
+	send(minSamplesPerSeries)
+	s.ing.SealDue(context.Background())
+	if n := s.w.Stats().Seals; n != 1 {
+		t.Fatalf("%d seals once the epoch holds %d samples a series, want 1", n, minSamplesPerSeries)
+	}
+}

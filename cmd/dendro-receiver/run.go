@@ -265,12 +265,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, procs int
 	policy := archive.SealPolicy{MaxRows: c.sealMaxRows, MaxBytes: int64(c.sealMaxBytes), MaxAge: time.Duration(c.sealMaxAge)}
 	// DeferPrunes: the ingester seals due streams one after another and
 	// then asks for one prune of them all (Ingester.SealDue). A seal takes
-	// at most twice the policy's rows and bytes, so that one behind the
-	// appends holds a bounded amount of memory (see encodeprio.go); the
-	// ingester closes an epoch once it reaches the policy, so the bound
-	// always holds a closed epoch (receiver/epochs.go).
+	// at most twice the policy's bytes, so that one behind the appends
+	// holds a bounded amount of memory (see encodeprio.go); the ingester
+	// closes an epoch once it reaches the policy, so the bound always
+	// holds a closed epoch (receiver/epochs.go). Rows are not bounded: at
+	// a million series an epoch holds a few thousand small rows.
 	wopts := archive.WriterOptions{Encoder: enc, Logger: logger.With("component", "archive"), DeferPrunes: true,
-		MaxSealRows: int(2*policy.WithDefaults().MaxRows + 64), MaxSealBytes: 2*policy.WithDefaults().MaxBytes + 4<<20}
+		MaxSealBytes: 2*policy.WithDefaults().MaxBytes + 4<<20}
 	if threadPriorities {
 		enc.Opts.OwnThread = true
 		wopts.EncodeOn = encodeAtIdlePriority(logger.With("component", "archive"))
