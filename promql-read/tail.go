@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"math/bits"
 	"slices"
 	"sync"
 
@@ -54,24 +55,21 @@ type tail struct {
 
 // tailPart is the decoded rows of one unit run.
 //
-// A series costs a part a map entry and a byte slice of its samples (see
-// appendSample): at a million series a stream's open epoch holds ~125 k
-// series with a few samples each, so per-series state, not samples, is
-// what the tail's memory is made of; none is kept beyond that.
+// At a million series a stream's open epoch holds ~125 k series with a
+// few samples each, so per-series state, not samples, is what the tail's
+// memory is made of: a series costs a part a map entry, its bytes (see
+// packState) and the 24 bytes of state that appending to them needs.
 type tailPart struct {
-	epoch   uint64 // format 2
-	v1      bool   // a run of format-1 rows
-	rows    int64
-	firstTS int64
-	lastTS  int64
-	closed  bool // a close marker ended it
-	// baseT is the sample time the part's samples are stored relative to
-	// (its first sample's).
-	baseT      int64
-	hasBase    bool
+	epoch      uint64 // format 2
+	v1         bool   // a run of format-1 rows
+	rows       int64
+	firstTS    int64
+	lastTS     int64
+	closed     bool  // a close marker ended it
 	minT, maxT int64 // sample-time span of its samples
 	byRef      map[seriesindex.Ref]uint32
 	bufs       [][]byte          // per series (byRef's values): its samples, packed
+	st         []packState       // per series: where its packing stands
 	refs       []seriesindex.Ref // per series: its Ref
 	locals     []int32           // format 2: local id -> index in bufs, -1 if none
 	extras     map[uint32]*tailExtras
@@ -94,72 +92,87 @@ func (p *tailPart) seriesOf(ref seriesindex.Ref) uint32 {
 	}
 	i := uint32(len(p.bufs))
 	p.bufs = append(p.bufs, nil)
+	p.st = append(p.st, packState{})
+	p.refs = append(p.refs, ref)
 	p.byRef[ref] = i
 	return i
 }
 
 // add appends a sample of series i.
 func (p *tailPart) add(i uint32, t int64, v float64) {
-	if !p.hasBase {
-		p.baseT, p.hasBase = t, true
-	}
 	p.minT, p.maxT = min(p.minT, t), max(p.maxT, t)
-	p.bufs[i] = appendSample(p.bufs[i], t-p.baseT, v)
+	p.bufs[i] = p.st[i].append(p.bufs[i], t, v)
 }
 
-// appendSample appends one sample: a zigzag varint of its time relative to
-// the part's base, then the value as the row codec writes it (an integer
-// of magnitude up to 2^53 as a uvarint of its zigzag shifted left once,
-// anything else as 0x01 and its 8 IEEE bytes, every bit kept).
-func appendSample(b []byte, dt int64, v float64) []byte {
-	b = binary.AppendVarint(b, dt)
-	if i, ok := integral(v); ok {
-		zz := uint64(i<<1) ^ uint64(i>>63)
-		return binary.AppendUvarint(b, zz<<1)
-	}
-	b = append(b, 1)
-	return binary.LittleEndian.AppendUint64(b, math.Float64bits(v))
+// packState is where the packing of one series' samples stands. A sample
+// is packed as
+//
+//	varint  the delta of its timestamp's delta (0 for a steady scrape)
+//	byte    0: its value's bits equal the previous ones; else 1 + 8*lead
+//	        + trail, lead and trail the zero bytes at the top and bottom
+//	        of bits XOR previous bits
+//	8-lead-trail bytes of (bits XOR previous) >> 8*trail, little-endian
+//
+// so a steady scrape of a slowly moving value costs 2 to 4 bytes and
+// every float keeps its bits. Arithmetic wraps: any int64 time packs.
+type packState struct {
+	lastT, lastDT int64
+	lastBits      uint64
+	unordered     bool // a sample came at or before the one before
+	n             uint32
 }
 
-// integral reports whether v is an integer stored exactly as one (see
-// promsample's isIntegral: not -0, magnitude at most 2^53).
-func integral(v float64) (int64, bool) {
-	const max53 = 1 << 53
-	if v != math.Trunc(v) || v > max53 || v < -max53 || (v == 0 && math.Signbit(v)) {
-		return 0, false
+func (ps *packState) append(b []byte, t int64, v float64) []byte {
+	if ps.n > 0 && t <= ps.lastT {
+		ps.unordered = true
 	}
-	return int64(v), true
+	ps.n++
+	dt := t - ps.lastT
+	b = binary.AppendVarint(b, dt-ps.lastDT)
+	ps.lastT, ps.lastDT = t, dt
+	bits64 := math.Float64bits(v)
+	x := bits64 ^ ps.lastBits
+	ps.lastBits = bits64
+	if x == 0 {
+		return append(b, 0)
+	}
+	lead, trail := bits.LeadingZeros64(x)/8, bits.TrailingZeros64(x)/8
+	b = append(b, byte(1+lead*8+trail))
+	x >>= 8 * trail
+	for range 8 - lead - trail {
+		b = append(b, byte(x))
+		x >>= 8
+	}
+	return b
 }
 
 // samples returns series i's samples in [mint, maxt], in canonical order
 // (by t and value bits, exact duplicates dropped).
 func (p *tailPart) samples(i uint32, mint, maxt int64) []promsample.Sample {
-	b := p.bufs[i]
-	var out []promsample.Sample
-	ordered := true
-	for len(b) > 0 {
-		dt, k := binary.Varint(b)
+	out := make([]promsample.Sample, 0, p.st[i].n)
+	var t, dt int64
+	var vb uint64
+	for b := p.bufs[i]; len(b) > 0; {
+		dod, k := binary.Varint(b)
 		b = b[k:]
-		t := p.baseT + dt
-		var v float64
-		if b[0] == 1 {
-			v = math.Float64frombits(binary.LittleEndian.Uint64(b[1:9]))
-			b = b[9:]
-		} else {
-			u, k := binary.Uvarint(b)
-			b = b[k:]
-			z := u >> 1
-			v = float64(int64(z>>1) ^ -int64(z&1))
+		dt += dod
+		t += dt
+		h := b[0]
+		b = b[1:]
+		if h != 0 {
+			lead, trail := int(h-1)/8, int(h-1)%8
+			var x uint64
+			for j := range 8 - lead - trail {
+				x |= uint64(b[j]) << (8 * j)
+			}
+			b = b[8-lead-trail:]
+			vb ^= x << (8 * trail)
 		}
-		if t < mint || t > maxt {
-			continue
+		if t >= mint && t <= maxt {
+			out = append(out, promsample.Sample{T: t, V: math.Float64frombits(vb)})
 		}
-		if n := len(out); n > 0 && t <= out[n-1].T {
-			ordered = false
-		}
-		out = append(out, promsample.Sample{T: t, V: v})
 	}
-	if !ordered {
+	if p.st[i].unordered {
 		slices.SortFunc(out, compareSample)
 		out = slices.CompactFunc(out, sameSample)
 	}
@@ -342,9 +355,6 @@ func (t *tail) apply(x *seriesindex.Index, rows []archive.Row) error {
 				ref, _ = x.Add(ls)
 			}
 			idx := int32(p.seriesOf(ref))
-			if int(idx) == len(p.refs) {
-				p.refs = append(p.refs, ref)
-			}
 			if p.v1 {
 				local = append(local, idx)
 				continue
