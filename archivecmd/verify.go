@@ -265,14 +265,17 @@ func verifySegment(m archive.StoredSegment, b []byte, full bool, rep *VerifyRepo
 		return
 	}
 	var got int64
-	var s promsample.Series
-	for i := range x.Table.Len() {
-		s.Samples, s.Histograms = s.Samples[:0], s.Histograms[:0]
-		if err := sr.ReadSeries(i, math.MinInt64, math.MaxInt64, &s); err != nil {
-			problem("segment reader, series %d: %v", i, err)
-			return
-		}
+	ords := make([]int, x.Table.Len())
+	for i := range ords {
+		ords[i] = i
+	}
+	// One pass over every series, as a whole-metric read makes.
+	if err := sr.ReadRun(ords, math.MinInt64, math.MaxInt64, func(_ int, s *promsample.Series) error {
 		got += int64(len(s.Samples) + len(s.Histograms))
+		return nil
+	}); err != nil {
+		problem("segment reader: %v", err)
+		return
 	}
 	if got != floats+hists {
 		problem("the segment reader reads %d samples, the whole decode %d", got, floats+hists)
