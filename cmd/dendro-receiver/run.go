@@ -89,7 +89,7 @@ type config struct {
 func parseFlags(args []string, stdout io.Writer) (*config, bool, error) {
 	c := &config{log: promslog.Config{}}
 	app := kingpin.New("dendro-receiver", "A Prometheus remote-write receiver that keeps what it is sent in a dendro archive:\n"+
-		"one SQLite file any local process can read while it is written, its history Parquet.")
+		"one SQLite file any local process can read while it is written, its history Parquet.\n\n"+commandsHelp)
 	app.Writer(stdout)
 	app.UsageWriter(stdout)
 	app.Version(buildVersion())
@@ -231,6 +231,9 @@ func checkArchivePath(path string) (exists bool, err error) {
 func run(ctx context.Context, args []string, stdout, stderr io.Writer, procs int) error {
 	if len(args) > 0 && args[0] == "healthcheck" {
 		return healthcheck(ctx, args[1:], stdout)
+	}
+	if cmd := subcommand(args); cmd != nil { // inspect, verify, ... (cmd_ops.go)
+		return cmd(ctx, args[1:], stdout, stderr)
 	}
 	c, ok, err := parseFlags(args, stdout)
 	if err != nil || !ok {
