@@ -508,13 +508,17 @@ func (in *Ingester) appendRows(sc *rowScratch, ep *epochState, rows []archive.Ro
 	return in.appendRows(sc, ep, rows, stream, series, second, nil)
 }
 
-// writeError maps an archive failure onto the handler's retry contract.
+// writeError maps an archive failure onto the handler's retry contract
+// (classify turns the result into a status): a full disk is 507, a writer
+// that cannot commit now (an outage: archive.ErrCannotCommit), has stopped
+// or is closed, and every transient SQLite failure, 503; both retried.
 func (in *Ingester) writeError(err error) error {
 	switch {
 	case archive.IsDiskFull(err):
 		return fmt.Errorf("%w: %w", ErrDiskFull, err)
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled),
-		errors.Is(err, archive.ErrWriterStopped), errors.Is(err, archive.ErrClosed), archive.IsRetryable(err):
+		errors.Is(err, archive.ErrCannotCommit), errors.Is(err, archive.ErrWriterStopped),
+		errors.Is(err, archive.ErrClosed), archive.IsRetryable(err):
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	return err
