@@ -236,7 +236,7 @@ func NewIngester(ctx context.Context, opts IngestOptions) (*Ingester, error) {
 		last    int64
 		has     bool
 		buckets int
-		live    []string // streams with live rows
+		live    []archive.StreamSpan // streams with live rows
 	}
 	var todo []resumable
 	if err := opts.Reader.View(ctx, func(tx *archive.ReadTx) error {
@@ -258,18 +258,8 @@ func NewIngester(ctx context.Context, opts IngestOptions) (*Ingester, error) {
 				buckets = v
 			}
 			r := resumable{id: s.ID, name: name, last: last, has: has, buckets: buckets}
-			streams, err := tx.Streams(s.ID)
-			if err != nil {
+			if r.live, err = tx.LiveSpans(s.ID); err != nil {
 				return err
-			}
-			for _, st := range streams {
-				span, err := tx.LiveSpan(s.ID, st)
-				if err != nil {
-					return err
-				}
-				if span.Rows > 0 {
-					r.live = append(r.live, st)
-				}
 			}
 			todo = append(todo, r)
 		}
@@ -289,8 +279,8 @@ func NewIngester(ctx context.Context, opts IngestOptions) (*Ingester, error) {
 		// Rule 3 (epochs.go): close whatever epoch the last process left
 		// open in a stream, so that its rows can be sealed.
 		var markers []archive.Row
-		for _, stream := range r.live {
-			markers = append(markers, archive.Row{Stream: stream, Data: promsample.AppendEpochClose(nil, rand.Uint64())})
+		for _, sp := range r.live {
+			markers = append(markers, archive.Row{Stream: sp.Stream, Data: promsample.AppendEpochClose(nil, rand.Uint64())})
 		}
 		if len(markers) > 0 {
 			if _, err := opts.Writer.AppendWait(ctx, []archive.SourceRows{{Source: r.id, Rows: markers}}, true); err != nil {
@@ -300,6 +290,7 @@ func NewIngester(ctx context.Context, opts IngestOptions) (*Ingester, error) {
 			// even if the stream gets no new row.
 			in.account(r.id, markers)
 		}
+		in.inherit(r.id, r.live)
 		in.sources[r.name] = st
 		in.byID[r.id] = st
 		if r.buckets != opts.Buckets {
@@ -309,6 +300,28 @@ func NewIngester(ctx context.Context, opts IngestOptions) (*Ingester, error) {
 		in.log.Info("resumed source", "source", r.name, "id", r.id)
 	}
 	return in, nil
+}
+
+// inherit counts into the seal accounts of a resumed source's streams the
+// live rows an earlier session left, counted from the wal's index (no row
+// is read): otherwise a bounded seal would take only as many of those rows
+// as new rows made the stream due, and every unclean stop would leave a
+// backlog that no seal ever took up (108,175 live rows after 31 kills
+// under load). A row's ts is its receipt time (the writer stamps it), so
+// the account's age runs from the oldest; their bytes are not counted, so
+// an account due only by size falls due by rows or age instead.
+func (in *Ingester) inherit(id archive.SourceID, live []archive.StreamSpan) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	for _, sp := range live {
+		k := streamKey{id, sp.Stream}
+		a := in.accounts[k]
+		if a == nil {
+			a = archive.OpenFirst(sp.Stream, fmt.Sprint(id), in.opts.Seal, in.opts.Now())
+			in.accounts[k] = a
+		}
+		a.Carry(sp.Rows, 0, time.Unix(0, sp.FirstTS))
+	}
 }
 
 // Series returns the series index the ingester writes through.
@@ -677,9 +690,13 @@ func (in *Ingester) sealDueRound(ctx context.Context) bool {
 		for _, d := range streams {
 			sealed, err := in.opts.Writer.SealWait(ctx, src, []string{d.stream})
 			if err != nil {
-				if ctx.Err() == nil {
+				if ctx.Err() == nil && !errors.Is(err, archive.ErrCannotCommit) { // an outage is logged by the writer
 					in.log.Warn("seal failed", "source", src, "stream", d.stream, "err", err)
 				}
+				// The rows stay live: count them toward the next seal again,
+				// or a stream whose seals failed for a while (a full disk)
+				// would carry that backlog unsealed for good.
+				in.recount(streamKey{src, d.stream}, d)
 				continue
 			}
 			if in.carry(streamKey{src, d.stream}, d, sealed) {
@@ -719,6 +736,16 @@ func (in *Ingester) carry(k streamKey, d dueStream, sealed []archive.Sealed) boo
 	}
 	a.Carry(left, d.bytes*left/d.rows, d.opened)
 	return a.Due(in.opts.Now())
+}
+
+// recount counts the rows of d, whose seal failed, into the stream's
+// account again: they are still live, and the oldest.
+func (in *Ingester) recount(k streamKey, d dueStream) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if a := in.accounts[k]; a != nil {
+		a.Carry(d.rows, d.bytes, d.opened)
+	}
 }
 
 // SealAll seals every stream that has live rows (operators, tests).
