@@ -48,8 +48,14 @@ type IngestOptions struct {
 	// Retention removes data received longer ago than this; 0 keeps all.
 	Retention time.Duration
 	// RetentionBytes caps the archive's size by evicting the oldest
-	// segments; 0 means no cap.
+	// segments; 0 means no cap. Set, the oldest segments also go, before
+	// the cap is reached, whenever the room left for the archive (free
+	// space on its filesystem and free pages in its file) falls below
+	// DiskReserve: the operator has said old data may go, and on a full
+	// disk it goes before any write is refused.
 	RetentionBytes int64
+	// DiskReserve is that room; 0 means DefaultDiskReserve.
+	DiskReserve int64
 	// CompactTargetRows is the row count compaction merges segments up to;
 	// 0 means DefaultCompactTargetRows, negative disables compaction.
 	CompactTargetRows int64
@@ -78,8 +84,17 @@ const DefaultIdleTimeout = time.Hour
 // toward a few thousand rows keeps a day's segments per stream in the tens.
 const DefaultCompactTargetRows = 8192
 
+// DefaultDiskReserve is the room RetentionBytes keeps free for the archive:
+// a few checkpoint intervals of the sidecar at a high ingest rate, so that a
+// disk that fills is noticed (diskCheckEvery) while commits still fit.
+// Below it, a commit can fail for good until space returns: one that finds
+// the disk full does so because the -wal sidecar cannot grow, and then no
+// eviction can commit either (see archive's writer_failure.go).
+const DefaultDiskReserve = 64 << 20
+
 // Maintenance cadences.
 const (
+	diskCheckEvery   = 2 * time.Second
 	sealCheckEvery   = 250 * time.Millisecond
 	retentionEvery   = time.Minute
 	compactionEvery  = 5 * time.Minute
@@ -118,6 +133,29 @@ type Ingester struct {
 	// rowBufs holds the byte slices of committed rows for the next
 	// request's rows to be encoded into.
 	rowBufs bufStack
+
+	// diskFull wakes Run to check the disk reserve when a write found the
+	// disk full (capacity 1, sent without blocking).
+	diskFull chan struct{}
+	stats    ingestCounters
+}
+
+// IngestStats are the Ingester's cumulative counters.
+type IngestStats struct {
+	// EarlyEvictions counts the passes that evicted the oldest segments to
+	// keep IngestOptions.DiskReserve free, before RetentionBytes required
+	// it; EarlyEvictedSegments and EarlyEvictedBytes what they evicted.
+	EarlyEvictions, EarlyEvictedSegments, EarlyEvictedBytes int64
+}
+
+type ingestCounters struct {
+	earlyEvictions, earlyEvictedSegments, earlyEvictedBytes atomic.Int64
+}
+
+// Stats returns a snapshot of the Ingester's counters.
+func (in *Ingester) Stats() IngestStats {
+	return IngestStats{EarlyEvictions: in.stats.earlyEvictions.Load(),
+		EarlyEvictedSegments: in.stats.earlyEvictedSegments.Load(), EarlyEvictedBytes: in.stats.earlyEvictedBytes.Load()}
 }
 
 func (in *Ingester) getScratch() *rowScratch { return in.scratch.get() }
@@ -224,10 +262,13 @@ func NewIngester(ctx context.Context, opts IngestOptions) (*Ingester, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
+	if opts.DiskReserve <= 0 {
+		opts.DiskReserve = DefaultDiskReserve
+	}
 	opts.Seal = opts.Seal.WithDefaults()
 	in := &Ingester{opts: opts, enc: &promsample.Encoder{}, log: opts.Logger, x: opts.Series,
 		sources: map[string]*sourceState{}, byID: map[archive.SourceID]*sourceState{},
-		accounts: map[streamKey]*archive.SegmentAccount{}}
+		accounts: map[streamKey]*archive.SegmentAccount{}, diskFull: make(chan struct{}, 1)}
 	in.scratch = newFreeList(cmp.Or(max(opts.Parallelism, 0), runtime.GOMAXPROCS(0)), func() *rowScratch { return new(rowScratch) })
 
 	type resumable struct {
@@ -411,6 +452,12 @@ func (in *Ingester) Write(ctx context.Context, name string, series []Series, met
 	}
 	if n := res.Dropped(); n > 0 {
 		cause := res.Err()
+		if archive.IsDiskFull(cause) && in.opts.RetentionBytes > 0 {
+			select {
+			case in.diskFull <- struct{}{}:
+			default:
+			}
+		}
 		if cause == nil {
 			cause = fmt.Errorf("%d row(s) dropped as out of order", n)
 		}
@@ -568,10 +615,23 @@ func (in *Ingester) Run(ctx context.Context) {
 	defer compT.Stop()
 	idleT := time.NewTicker(idleEvery)
 	defer idleT.Stop()
+	diskT := time.NewTicker(diskCheckEvery)
+	defer diskT.Stop()
+	if in.opts.RetentionBytes <= 0 {
+		diskT.Stop()
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-diskT.C:
+			if err := in.KeepDiskReserve(ctx); err != nil && ctx.Err() == nil {
+				in.log.Warn("keeping the disk reserve failed", "err", err)
+			}
+		case <-in.diskFull:
+			if err := in.KeepDiskReserve(ctx); err != nil && ctx.Err() == nil {
+				in.log.Warn("keeping the disk reserve failed", "err", err)
+			}
 		case <-idleT.C:
 			if in.opts.IdleTimeout > 0 {
 				if n := in.x.Idle(in.opts.Now(), in.opts.IdleTimeout); n > 0 {
@@ -796,55 +856,112 @@ func (in *Ingester) EnforceRetention(ctx context.Context) error {
 	if in.opts.RetentionBytes <= 0 {
 		return nil
 	}
-	var size int64
-	type seg struct {
-		src    archive.SourceID
-		lastTS int64
-		bytes  int64
+	room, err := in.room(ctx)
+	if err != nil {
+		return err
 	}
-	var segs []seg
-	if err := in.opts.Reader.View(ctx, func(tx *archive.ReadTx) error {
+	if room.used <= in.opts.RetentionBytes {
+		return nil
+	}
+	in.log.Info("size retention: evicting the oldest segments", "archive_bytes", room.used, "limit", in.opts.RetentionBytes)
+	_, _, err = in.evictOldest(ctx, ids, room.used-in.opts.RetentionBytes)
+	return err
+}
+
+// room is what the archive occupies and what it may still grow into.
+type room struct {
+	used     int64 // bytes of the file's pages in use
+	freeFile int64 // bytes of its free pages, reused before the file grows
+	freeDisk int64 // bytes the filesystem may still give it
+}
+
+func (in *Ingester) room(ctx context.Context) (room, error) {
+	var r room
+	err := in.opts.Reader.View(ctx, func(tx *archive.ReadTx) error {
 		ps, err := tx.PageStats()
-		if err != nil {
-			return err
-		}
-		size = (ps.Pages - ps.Free) * ps.PageSize
+		r.used, r.freeFile = (ps.Pages-ps.Free)*ps.PageSize, ps.Free*ps.PageSize
+		return err
+	})
+	if err != nil {
+		return r, err
+	}
+	r.freeDisk, err = archive.DiskFree(in.opts.Reader.Path())
+	return r, err
+}
+
+// KeepDiskReserve keeps DiskReserve of room for the archive (free space on
+// its filesystem plus free pages in its file) when RetentionBytes is set,
+// by evicting the oldest segments early: before the size cap asks for it,
+// and before a full disk refuses a write. Run calls it every
+// diskCheckEvery and at once when a write found the disk full.
+func (in *Ingester) KeepDiskReserve(ctx context.Context) error {
+	if in.opts.RetentionBytes <= 0 {
+		return nil
+	}
+	r, err := in.room(ctx)
+	if err != nil {
+		return err
+	}
+	short := in.opts.DiskReserve - (r.freeDisk + r.freeFile)
+	if short <= 0 {
+		return nil
+	}
+	// A quarter of the reserve more than is short, so that a steady load
+	// costs one eviction per quarter-reserve written, not one per check.
+	segs, bytes, err := in.evictOldest(ctx, in.sourceIDs(), short+in.opts.DiskReserve/4)
+	if segs > 0 {
+		in.stats.earlyEvictions.Add(1)
+		in.stats.earlyEvictedSegments.Add(segs)
+		in.stats.earlyEvictedBytes.Add(bytes)
+		in.log.Warn("the disk is nearly full: evicted the oldest segments early to keep room for the archive",
+			"segments", segs, "bytes", bytes, "disk_free", r.freeDisk, "file_free", r.freeFile, "reserve", in.opts.DiskReserve)
+	}
+	return err
+}
+
+// evictOldest evicts, from every source, everything older than the newest
+// row of the oldest segments that together hold at least excess bytes
+// (by receipt time: every source's ts are the one writer's clock). It
+// returns the segments and bytes evicted.
+func (in *Ingester) evictOldest(ctx context.Context, ids []archive.SourceID, excess int64) (segs, bytes int64, err error) {
+	type seg struct {
+		lastTS, bytes int64
+	}
+	var all []seg
+	if err := in.opts.Reader.View(ctx, func(tx *archive.ReadTx) error {
 		for _, id := range ids {
 			sizes, err := tx.SegmentSizes(id)
 			if err != nil {
 				return err
 			}
 			for _, s := range sizes {
-				segs = append(segs, seg{id, s.LastTS, s.Bytes})
+				all = append(all, seg{s.LastTS, s.Bytes})
 			}
 		}
 		return nil
 	}); err != nil {
-		return err
+		return 0, 0, err
 	}
-	if size <= in.opts.RetentionBytes {
-		return nil
-	}
-	sort.Slice(segs, func(i, j int) bool { return segs[i].lastTS < segs[j].lastTS })
-	excess := size - in.opts.RetentionBytes
+	sort.Slice(all, func(i, j int) bool { return all[i].lastTS < all[j].lastTS })
 	cutoff := int64(0)
-	for _, s := range segs {
-		if excess <= 0 {
+	for _, s := range all {
+		if bytes >= excess {
 			break
 		}
-		excess -= s.bytes
+		bytes += s.bytes
 		cutoff = s.lastTS + 1
 	}
 	if cutoff == 0 {
-		return nil
+		return 0, 0, nil
 	}
-	in.log.Info("size retention: evicting the oldest segments", "cutoff_ns", cutoff, "archive_bytes", size, "limit", in.opts.RetentionBytes)
 	for _, id := range ids {
-		if _, err := in.opts.Writer.EvictBefore(ctx, id, cutoff); err != nil {
-			return err
+		ev, err := in.opts.Writer.EvictBefore(ctx, id, cutoff)
+		segs += ev.Segments
+		if err != nil {
+			return segs, bytes, err
 		}
 	}
-	return nil
+	return segs, bytes, nil
 }
 
 // Compact merges small segments of every stream with at least

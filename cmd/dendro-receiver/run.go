@@ -69,6 +69,7 @@ type config struct {
 	buckets       int
 	retentionTime model.Duration
 	retentionSize units.Base2Bytes
+	diskReserve   units.Base2Bytes
 	sealMaxRows   int64
 	sealMaxBytes  units.Base2Bytes
 	sealMaxAge    model.Duration
@@ -106,8 +107,12 @@ func parseFlags(args []string, stdout io.Writer) (*config, bool, error) {
 	app.Flag("source.stream-buckets", "Streams each source's series are spread over, by metric name. More: cheaper "+
 		"one-metric reads, dearer writes.").Default(fmt.Sprint(promsample.DefaultStreamBuckets)).IntVar(&c.buckets)
 	app.Flag("retention.time", "Remove data received longer ago than this (0: keep).").Default("15d").SetValue(named("retention.time", &c.retentionTime))
-	app.Flag("retention.size", "Cap the archive at this size by removing the oldest segments (0: no cap). Units: KB, MB, GB...").
+	app.Flag("retention.size", "Cap the archive at this size by removing the oldest segments (0: no cap). Set, the oldest "+
+		"segments also go early whenever less than --retention.disk-reserve is left for the archive on its disk, "+
+		"so a filling disk costs history before it refuses a write. Units: KB, MB, GB...").
 		Default("0").SetValue(named("retention.size", (*bytesValue)(&c.retentionSize)))
+	app.Flag("retention.disk-reserve", "With --retention.size: the room (free disk plus free pages in the archive) to keep for the archive.").
+		Default("64MiB").SetValue(named("retention.disk-reserve", (*bytesValue)(&c.diskReserve)))
 	app.Flag("seal.max-rows", "Seal a stream's live rows into a Parquet segment after this many rows (requests); a seal takes at most this many.").
 		Default(fmt.Sprint(archive.DefaultSealMaxRows)).Int64Var(&c.sealMaxRows)
 	app.Flag("seal.max-bytes", "... or this many bytes of live rows (and takes at most this many).").Default("8MiB").SetValue(named("seal.max-bytes", (*bytesValue)(&c.sealMaxBytes)))
@@ -148,8 +153,8 @@ func parseFlags(args []string, stdout io.Writer) (*config, bool, error) {
 	if c.sealMaxRows < 1 || c.sealMaxBytes < 1 || c.sealMaxAge <= 0 {
 		return nil, false, usage("--seal.max-rows, --seal.max-bytes and --seal.max-age must be positive")
 	}
-	if c.retentionTime < 0 || c.retentionSize < 0 {
-		return nil, false, usage("--retention.time and --retention.size must not be negative")
+	if c.retentionTime < 0 || c.retentionSize < 0 || c.diskReserve <= 0 {
+		return nil, false, usage("--retention.time and --retention.size must not be negative, --retention.disk-reserve must be positive")
 	}
 	return c, true, nil
 }
@@ -314,6 +319,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, procs int
 		Seal:              policy,
 		Retention:         time.Duration(c.retentionTime),
 		RetentionBytes:    int64(c.retentionSize),
+		DiskReserve:       int64(c.diskReserve),
 		CompactTargetRows: c.compactRows,
 		WriteTimeout:      time.Duration(c.writeTimeout),
 		Parallelism:       procs,
@@ -370,12 +376,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, procs int
 	// auth like every other path).
 	r.Mount("/debug", middleware.Profiler())
 	r.Get("/-/healthy", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "Healthy.\n") })
-	r.Get("/-/ready", func(w http.ResponseWriter, _ *http.Request) {
+	// Ready: started, not shutting down, and the writer can commit. While
+	// it cannot (a full disk, EIO) writes are refused with 507/503, so a
+	// load balancer or supervisor must not see a healthy server; the answer
+	// says why, and turns 200 again by itself once the writer commits.
+	r.Get("/-/ready", func(rw http.ResponseWriter, _ *http.Request) {
 		if !ready.Load() {
-			http.Error(w, "Not ready.", http.StatusServiceUnavailable)
+			http.Error(rw, "Not ready.", http.StatusServiceUnavailable)
 			return
 		}
-		io.WriteString(w, "Ready.\n")
+		if err := w.Health(); err != nil {
+			http.Error(rw, "Not ready: "+oneLine(err), http.StatusServiceUnavailable)
+			return
+		}
+		io.WriteString(rw, "Ready.\n")
 	})
 	srv := &http.Server{Handler: r, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
 
