@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/dendro-receiver/dendro-receiver/archive"
+	"github.com/dendro-receiver/dendro-receiver/membudget"
 	"github.com/dendro-receiver/dendro-receiver/receiver"
 )
 
@@ -128,4 +129,36 @@ func (c *archiveCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(c.sources, float64(st.Sources))
 		gauge(c.segments, float64(st.Segments))
 	}
+}
+
+// memoryCollector reports the memory plan's shares and the budget.
+type memoryCollector struct {
+	plan                           memoryPlan
+	b                              *membudget.Budget
+	share, inUse, waiting, refused *prometheus.Desc
+}
+
+func newMemoryCollector(plan memoryPlan, b *membudget.Budget) *memoryCollector {
+	return &memoryCollector{plan: plan, b: b,
+		share:   prometheus.NewDesc("dendro_memory_share_bytes", "How --memory.limit is shared (share=limit, go_soft_limit, fixed, ingest, sqlite_readers, reads, gc_headroom).", []string{"share"}, nil),
+		inUse:   prometheus.NewDesc("dendro_memory_budget_reserved_bytes", "Bytes reserved against --memory.limit, the fixed shares included.", nil, nil),
+		waiting: prometheus.NewDesc("dendro_memory_budget_waiting", "Reservations waiting for memory.", nil, nil),
+		refused: prometheus.NewDesc("dendro_memory_budget_refused_total", "Reservations refused: larger than the budget, or their wait ended first.", nil, nil),
+	}
+}
+
+func (c *memoryCollector) Describe(ch chan<- *prometheus.Desc) { prometheus.DescribeByCollect(c, ch) }
+
+func (c *memoryCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, s := range []struct {
+		name string
+		v    int64
+	}{{"limit", c.plan.limit}, {"go_soft_limit", c.plan.goLimit}, {"fixed", c.plan.fixed}, {"ingest", c.plan.ingest},
+		{"sqlite_readers", c.plan.sqlite}, {"reads", c.plan.reads}, {"gc_headroom", c.plan.gcSlack}} {
+		ch <- prometheus.MustNewConstMetric(c.share, prometheus.GaugeValue, float64(s.v), s.name)
+	}
+	st := c.b.Stats()
+	ch <- prometheus.MustNewConstMetric(c.inUse, prometheus.GaugeValue, float64(st.InUse))
+	ch <- prometheus.MustNewConstMetric(c.waiting, prometheus.GaugeValue, float64(st.Waiting))
+	ch <- prometheus.MustNewConstMetric(c.refused, prometheus.CounterValue, float64(st.Refused))
 }

@@ -31,6 +31,7 @@ import (
 
 	"github.com/dendro-receiver/dendro-receiver/archive"
 	"github.com/dendro-receiver/dendro-receiver/encoders/promsample"
+	"github.com/dendro-receiver/dendro-receiver/membudget"
 	promread "github.com/dendro-receiver/dendro-receiver/promql-read"
 	"github.com/dendro-receiver/dendro-receiver/receiver"
 	"github.com/dendro-receiver/dendro-receiver/seriesindex"
@@ -85,6 +86,8 @@ type config struct {
 	queryMaxConc    int
 	queryTimeout    model.Duration
 	queryCache      units.Base2Bytes
+
+	memoryLimit units.Base2Bytes
 }
 
 func parseFlags(args []string, stdout io.Writer) (*config, bool, error) {
@@ -136,6 +139,10 @@ func parseFlags(args []string, stdout io.Writer) (*config, bool, error) {
 		SetValue(named("query.timeout", &c.queryTimeout))
 	app.Flag("query.cache-bytes", "Memory for caching immutable segments between queries (0: default).").
 		Default("64MiB").SetValue(named("query.cache-bytes", (*bytesValue)(&c.queryCache)))
+	memDefault, memFrom := defaultMemoryLimit(os.ReadFile)
+	app.Flag("memory.limit", fmt.Sprintf("The process's memory budget: the Go runtime's soft limit, the SQLite readers' page caches "+
+		"and what reads may hold are all shares of it (default: %s).", memFrom)).
+		Default(fmt.Sprintf("%dMiB", memDefault>>20)).SetValue(named("memory.limit", (*bytesValue)(&c.memoryLimit)))
 	promslogflag.AddFlags(app, &c.log)
 	// --help and --version print and then "terminate": run returns instead
 	// of exiting the process, so main's cleanup (and tests) still run.
@@ -152,6 +159,9 @@ func parseFlags(args []string, stdout io.Writer) (*config, bool, error) {
 	}
 	if c.sealMaxRows < 1 || c.sealMaxBytes < 1 || c.sealMaxAge <= 0 {
 		return nil, false, usage("--seal.max-rows, --seal.max-bytes and --seal.max-age must be positive")
+	}
+	if _, err := planMemory(int64(c.memoryLimit)); err != nil {
+		return nil, false, usage("%v", err)
 	}
 	if c.retentionTime < 0 || c.retentionSize < 0 || c.diskReserve <= 0 {
 		return nil, false, usage("--retention.time and --retention.size must not be negative, --retention.disk-reserve must be positive")
@@ -306,7 +316,24 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, procs int
 		}
 		return fmt.Errorf("opening the archive: %w", err)
 	}
-	reader, err := archive.Open(c.archivePath)
+	// One memory budget (memory.go). The fixed shares are reserved here,
+	// for the process's life; the read path is to reserve the rest as it
+	// decodes and answers. Until promql-read does, its share is bounded by
+	// --query.max-samples and the Go runtime's soft limit only.
+	mem, _ := planMemory(int64(c.memoryLimit))
+	defer applyGoMemoryLimit(mem.goLimit, os.Getenv)()
+	budget := membudget.New(mem.limit)
+	if _, err := budget.Reserve(ctx, mem.fixed+mem.ingest+mem.sqlite+mem.gcSlack); err != nil {
+		w.Close()
+		return fmt.Errorf("reserving the fixed memory shares: %w", err)
+	}
+	if qc := int64(c.queryCache); qc > mem.reads/2 {
+		logger.Warn("--query.cache-bytes is more than half of what reads may hold under --memory.limit; using that half",
+			"query.cache-bytes", c.queryCache, "memory.limit", c.memoryLimit, "cache", units.Base2Bytes(mem.reads/2))
+		c.queryCache = units.Base2Bytes(mem.reads / 2)
+	}
+	reader, err := archive.OpenWithOptions(c.archivePath, archive.ReadOptions{
+		MemoryBytes: mem.sqlite, MaxConns: mem.readerConns(c.queryMaxConc)})
 	if err != nil {
 		w.Close()
 		return fmt.Errorf("opening a read handle: %w", err)
@@ -333,7 +360,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, procs int
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		newArchiveCollector(w, reader, ing))
+		newArchiveCollector(w, reader, ing), newMemoryCollector(mem, budget))
 	h, err := receiver.NewHandler(ing, receiver.Options{
 		MaxCompressedBytes: int64(c.maxRequest),
 		MaxDecodedBytes:    int64(c.maxDecoded),
@@ -415,6 +442,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, procs int
 		go func(l net.Listener) { serveErr <- web.Serve(l, srv, c.web, logger) }(l)
 	}
 	ready.Store(true)
+	logger.Info("memory budget", "limit", units.Base2Bytes(mem.limit), "go_soft_limit", units.Base2Bytes(mem.goLimit),
+		"sqlite_readers", units.Base2Bytes(mem.sqlite), "reader_connections", mem.readerConns(c.queryMaxConc),
+		"reads", units.Base2Bytes(mem.reads), "query_cache", c.queryCache)
 	logger.Info("dendro-receiver serving", "version", buildVersion(), "archive", c.archivePath,
 		"listen", strings.Join(*c.web.WebListenAddresses, ","), "created", !exists)
 
