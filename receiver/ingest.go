@@ -48,8 +48,14 @@ type IngestOptions struct {
 	// Retention removes data received longer ago than this; 0 keeps all.
 	Retention time.Duration
 	// RetentionBytes caps the archive's size by evicting the oldest
-	// segments; 0 means no cap.
+	// segments; 0 means no cap. Set, the oldest segments also go, before
+	// the cap is reached, whenever the room left for the archive (free
+	// space on its filesystem and free pages in its file) falls below
+	// DiskReserve: the operator has said old data may go, and on a full
+	// disk it goes before any write is refused.
 	RetentionBytes int64
+	// DiskReserve is that room; 0 means DefaultDiskReserve.
+	DiskReserve int64
 	// CompactTargetRows is the row count compaction merges segments up to;
 	// 0 means DefaultCompactTargetRows, negative disables compaction.
 	CompactTargetRows int64
@@ -78,8 +84,17 @@ const DefaultIdleTimeout = time.Hour
 // toward a few thousand rows keeps a day's segments per stream in the tens.
 const DefaultCompactTargetRows = 8192
 
+// DefaultDiskReserve is the room RetentionBytes keeps free for the archive:
+// a few checkpoint intervals of the sidecar at a high ingest rate, so that a
+// disk that fills is noticed (diskCheckEvery) while commits still fit.
+// Below it, a commit can fail for good until space returns: one that finds
+// the disk full does so because the -wal sidecar cannot grow, and then no
+// eviction can commit either (see archive's writer_failure.go).
+const DefaultDiskReserve = 64 << 20
+
 // Maintenance cadences.
 const (
+	diskCheckEvery   = 2 * time.Second
 	sealCheckEvery   = 250 * time.Millisecond
 	retentionEvery   = time.Minute
 	compactionEvery  = 5 * time.Minute
@@ -118,6 +133,29 @@ type Ingester struct {
 	// rowBufs holds the byte slices of committed rows for the next
 	// request's rows to be encoded into.
 	rowBufs bufStack
+
+	// diskFull wakes Run to check the disk reserve when a write found the
+	// disk full (capacity 1, sent without blocking).
+	diskFull chan struct{}
+	stats    ingestCounters
+}
+
+// IngestStats are the Ingester's cumulative counters.
+type IngestStats struct {
+	// EarlyEvictions counts the passes that evicted the oldest segments to
+	// keep IngestOptions.DiskReserve free, before RetentionBytes required
+	// it; EarlyEvictedSegments and EarlyEvictedBytes what they evicted.
+	EarlyEvictions, EarlyEvictedSegments, EarlyEvictedBytes int64
+}
+
+type ingestCounters struct {
+	earlyEvictions, earlyEvictedSegments, earlyEvictedBytes atomic.Int64
+}
+
+// Stats returns a snapshot of the Ingester's counters.
+func (in *Ingester) Stats() IngestStats {
+	return IngestStats{EarlyEvictions: in.stats.earlyEvictions.Load(),
+		EarlyEvictedSegments: in.stats.earlyEvictedSegments.Load(), EarlyEvictedBytes: in.stats.earlyEvictedBytes.Load()}
 }
 
 func (in *Ingester) getScratch() *rowScratch { return in.scratch.get() }
@@ -224,10 +262,13 @@ func NewIngester(ctx context.Context, opts IngestOptions) (*Ingester, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
+	if opts.DiskReserve <= 0 {
+		opts.DiskReserve = DefaultDiskReserve
+	}
 	opts.Seal = opts.Seal.WithDefaults()
 	in := &Ingester{opts: opts, enc: &promsample.Encoder{}, log: opts.Logger, x: opts.Series,
 		sources: map[string]*sourceState{}, byID: map[archive.SourceID]*sourceState{},
-		accounts: map[streamKey]*archive.SegmentAccount{}}
+		accounts: map[streamKey]*archive.SegmentAccount{}, diskFull: make(chan struct{}, 1)}
 	in.scratch = newFreeList(cmp.Or(max(opts.Parallelism, 0), runtime.GOMAXPROCS(0)), func() *rowScratch { return new(rowScratch) })
 
 	type resumable struct {
@@ -236,7 +277,7 @@ func NewIngester(ctx context.Context, opts IngestOptions) (*Ingester, error) {
 		last    int64
 		has     bool
 		buckets int
-		live    []string // streams with live rows
+		live    []archive.StreamSpan // streams with live rows
 	}
 	var todo []resumable
 	if err := opts.Reader.View(ctx, func(tx *archive.ReadTx) error {
@@ -258,18 +299,8 @@ func NewIngester(ctx context.Context, opts IngestOptions) (*Ingester, error) {
 				buckets = v
 			}
 			r := resumable{id: s.ID, name: name, last: last, has: has, buckets: buckets}
-			streams, err := tx.Streams(s.ID)
-			if err != nil {
+			if r.live, err = tx.LiveSpans(s.ID); err != nil {
 				return err
-			}
-			for _, st := range streams {
-				span, err := tx.LiveSpan(s.ID, st)
-				if err != nil {
-					return err
-				}
-				if span.Rows > 0 {
-					r.live = append(r.live, st)
-				}
 			}
 			todo = append(todo, r)
 		}
@@ -289,8 +320,8 @@ func NewIngester(ctx context.Context, opts IngestOptions) (*Ingester, error) {
 		// Rule 3 (epochs.go): close whatever epoch the last process left
 		// open in a stream, so that its rows can be sealed.
 		var markers []archive.Row
-		for _, stream := range r.live {
-			markers = append(markers, archive.Row{Stream: stream, Data: promsample.AppendEpochClose(nil, rand.Uint64())})
+		for _, sp := range r.live {
+			markers = append(markers, archive.Row{Stream: sp.Stream, Data: promsample.AppendEpochClose(nil, rand.Uint64())})
 		}
 		if len(markers) > 0 {
 			if _, err := opts.Writer.AppendWait(ctx, []archive.SourceRows{{Source: r.id, Rows: markers}}, true); err != nil {
@@ -300,6 +331,7 @@ func NewIngester(ctx context.Context, opts IngestOptions) (*Ingester, error) {
 			// even if the stream gets no new row.
 			in.account(r.id, markers)
 		}
+		in.inherit(r.id, r.live)
 		in.sources[r.name] = st
 		in.byID[r.id] = st
 		if r.buckets != opts.Buckets {
@@ -309,6 +341,28 @@ func NewIngester(ctx context.Context, opts IngestOptions) (*Ingester, error) {
 		in.log.Info("resumed source", "source", r.name, "id", r.id)
 	}
 	return in, nil
+}
+
+// inherit counts into the seal accounts of a resumed source's streams the
+// live rows an earlier session left, counted from the wal's index (no row
+// is read): otherwise a bounded seal would take only as many of those rows
+// as new rows made the stream due, and every unclean stop would leave a
+// backlog that no seal ever took up (108,175 live rows after 31 kills
+// under load). A row's ts is its receipt time (the writer stamps it), so
+// the account's age runs from the oldest; their bytes are not counted, so
+// an account due only by size falls due by rows or age instead.
+func (in *Ingester) inherit(id archive.SourceID, live []archive.StreamSpan) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	for _, sp := range live {
+		k := streamKey{id, sp.Stream}
+		a := in.accounts[k]
+		if a == nil {
+			a = archive.OpenFirst(sp.Stream, fmt.Sprint(id), in.opts.Seal, in.opts.Now())
+			in.accounts[k] = a
+		}
+		a.Carry(sp.Rows, 0, time.Unix(0, sp.FirstTS))
+	}
 }
 
 // Series returns the series index the ingester writes through.
@@ -398,6 +452,12 @@ func (in *Ingester) Write(ctx context.Context, name string, series []Series, met
 	}
 	if n := res.Dropped(); n > 0 {
 		cause := res.Err()
+		if archive.IsDiskFull(cause) && in.opts.RetentionBytes > 0 {
+			select {
+			case in.diskFull <- struct{}{}:
+			default:
+			}
+		}
 		if cause == nil {
 			cause = fmt.Errorf("%d row(s) dropped as out of order", n)
 		}
@@ -508,13 +568,17 @@ func (in *Ingester) appendRows(sc *rowScratch, ep *epochState, rows []archive.Ro
 	return in.appendRows(sc, ep, rows, stream, series, second, nil)
 }
 
-// writeError maps an archive failure onto the handler's retry contract.
+// writeError maps an archive failure onto the handler's retry contract
+// (classify turns the result into a status): a full disk is 507, a writer
+// that cannot commit now (an outage: archive.ErrCannotCommit), has stopped
+// or is closed, and every transient SQLite failure, 503; both retried.
 func (in *Ingester) writeError(err error) error {
 	switch {
 	case archive.IsDiskFull(err):
 		return fmt.Errorf("%w: %w", ErrDiskFull, err)
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled),
-		errors.Is(err, archive.ErrWriterStopped), errors.Is(err, archive.ErrClosed), archive.IsRetryable(err):
+		errors.Is(err, archive.ErrCannotCommit), errors.Is(err, archive.ErrWriterStopped),
+		errors.Is(err, archive.ErrClosed), archive.IsRetryable(err):
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	return err
@@ -551,10 +615,23 @@ func (in *Ingester) Run(ctx context.Context) {
 	defer compT.Stop()
 	idleT := time.NewTicker(idleEvery)
 	defer idleT.Stop()
+	diskT := time.NewTicker(diskCheckEvery)
+	defer diskT.Stop()
+	if in.opts.RetentionBytes <= 0 {
+		diskT.Stop()
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-diskT.C:
+			if err := in.KeepDiskReserve(ctx); err != nil && ctx.Err() == nil {
+				in.log.Warn("keeping the disk reserve failed", "err", err)
+			}
+		case <-in.diskFull:
+			if err := in.KeepDiskReserve(ctx); err != nil && ctx.Err() == nil {
+				in.log.Warn("keeping the disk reserve failed", "err", err)
+			}
 		case <-idleT.C:
 			if in.opts.IdleTimeout > 0 {
 				if n := in.x.Idle(in.opts.Now(), in.opts.IdleTimeout); n > 0 {
@@ -673,9 +750,13 @@ func (in *Ingester) sealDueRound(ctx context.Context) bool {
 		for _, d := range streams {
 			sealed, err := in.opts.Writer.SealWait(ctx, src, []string{d.stream})
 			if err != nil {
-				if ctx.Err() == nil {
+				if ctx.Err() == nil && !errors.Is(err, archive.ErrCannotCommit) { // an outage is logged by the writer
 					in.log.Warn("seal failed", "source", src, "stream", d.stream, "err", err)
 				}
+				// The rows stay live: count them toward the next seal again,
+				// or a stream whose seals failed for a while (a full disk)
+				// would carry that backlog unsealed for good.
+				in.recount(streamKey{src, d.stream}, d)
 				continue
 			}
 			if in.carry(streamKey{src, d.stream}, d, sealed) {
@@ -715,6 +796,16 @@ func (in *Ingester) carry(k streamKey, d dueStream, sealed []archive.Sealed) boo
 	}
 	a.Carry(left, d.bytes*left/d.rows, d.opened)
 	return a.Due(in.opts.Now())
+}
+
+// recount counts the rows of d, whose seal failed, into the stream's
+// account again: they are still live, and the oldest.
+func (in *Ingester) recount(k streamKey, d dueStream) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if a := in.accounts[k]; a != nil {
+		a.Carry(d.rows, d.bytes, d.opened)
+	}
 }
 
 // SealAll seals every stream that has live rows (operators, tests).
@@ -765,55 +856,112 @@ func (in *Ingester) EnforceRetention(ctx context.Context) error {
 	if in.opts.RetentionBytes <= 0 {
 		return nil
 	}
-	var size int64
-	type seg struct {
-		src    archive.SourceID
-		lastTS int64
-		bytes  int64
+	room, err := in.room(ctx)
+	if err != nil {
+		return err
 	}
-	var segs []seg
-	if err := in.opts.Reader.View(ctx, func(tx *archive.ReadTx) error {
+	if room.used <= in.opts.RetentionBytes {
+		return nil
+	}
+	in.log.Info("size retention: evicting the oldest segments", "archive_bytes", room.used, "limit", in.opts.RetentionBytes)
+	_, _, err = in.evictOldest(ctx, ids, room.used-in.opts.RetentionBytes)
+	return err
+}
+
+// room is what the archive occupies and what it may still grow into.
+type room struct {
+	used     int64 // bytes of the file's pages in use
+	freeFile int64 // bytes of its free pages, reused before the file grows
+	freeDisk int64 // bytes the filesystem may still give it
+}
+
+func (in *Ingester) room(ctx context.Context) (room, error) {
+	var r room
+	err := in.opts.Reader.View(ctx, func(tx *archive.ReadTx) error {
 		ps, err := tx.PageStats()
-		if err != nil {
-			return err
-		}
-		size = (ps.Pages - ps.Free) * ps.PageSize
+		r.used, r.freeFile = (ps.Pages-ps.Free)*ps.PageSize, ps.Free*ps.PageSize
+		return err
+	})
+	if err != nil {
+		return r, err
+	}
+	r.freeDisk, err = archive.DiskFree(in.opts.Reader.Path())
+	return r, err
+}
+
+// KeepDiskReserve keeps DiskReserve of room for the archive (free space on
+// its filesystem plus free pages in its file) when RetentionBytes is set,
+// by evicting the oldest segments early: before the size cap asks for it,
+// and before a full disk refuses a write. Run calls it every
+// diskCheckEvery and at once when a write found the disk full.
+func (in *Ingester) KeepDiskReserve(ctx context.Context) error {
+	if in.opts.RetentionBytes <= 0 {
+		return nil
+	}
+	r, err := in.room(ctx)
+	if err != nil {
+		return err
+	}
+	short := in.opts.DiskReserve - (r.freeDisk + r.freeFile)
+	if short <= 0 {
+		return nil
+	}
+	// A quarter of the reserve more than is short, so that a steady load
+	// costs one eviction per quarter-reserve written, not one per check.
+	segs, bytes, err := in.evictOldest(ctx, in.sourceIDs(), short+in.opts.DiskReserve/4)
+	if segs > 0 {
+		in.stats.earlyEvictions.Add(1)
+		in.stats.earlyEvictedSegments.Add(segs)
+		in.stats.earlyEvictedBytes.Add(bytes)
+		in.log.Warn("the disk is nearly full: evicted the oldest segments early to keep room for the archive",
+			"segments", segs, "bytes", bytes, "disk_free", r.freeDisk, "file_free", r.freeFile, "reserve", in.opts.DiskReserve)
+	}
+	return err
+}
+
+// evictOldest evicts, from every source, everything older than the newest
+// row of the oldest segments that together hold at least excess bytes
+// (by receipt time: every source's ts are the one writer's clock). It
+// returns the segments and bytes evicted.
+func (in *Ingester) evictOldest(ctx context.Context, ids []archive.SourceID, excess int64) (segs, bytes int64, err error) {
+	type seg struct {
+		lastTS, bytes int64
+	}
+	var all []seg
+	if err := in.opts.Reader.View(ctx, func(tx *archive.ReadTx) error {
 		for _, id := range ids {
 			sizes, err := tx.SegmentSizes(id)
 			if err != nil {
 				return err
 			}
 			for _, s := range sizes {
-				segs = append(segs, seg{id, s.LastTS, s.Bytes})
+				all = append(all, seg{s.LastTS, s.Bytes})
 			}
 		}
 		return nil
 	}); err != nil {
-		return err
+		return 0, 0, err
 	}
-	if size <= in.opts.RetentionBytes {
-		return nil
-	}
-	sort.Slice(segs, func(i, j int) bool { return segs[i].lastTS < segs[j].lastTS })
-	excess := size - in.opts.RetentionBytes
+	sort.Slice(all, func(i, j int) bool { return all[i].lastTS < all[j].lastTS })
 	cutoff := int64(0)
-	for _, s := range segs {
-		if excess <= 0 {
+	for _, s := range all {
+		if bytes >= excess {
 			break
 		}
-		excess -= s.bytes
+		bytes += s.bytes
 		cutoff = s.lastTS + 1
 	}
 	if cutoff == 0 {
-		return nil
+		return 0, 0, nil
 	}
-	in.log.Info("size retention: evicting the oldest segments", "cutoff_ns", cutoff, "archive_bytes", size, "limit", in.opts.RetentionBytes)
 	for _, id := range ids {
-		if _, err := in.opts.Writer.EvictBefore(ctx, id, cutoff); err != nil {
-			return err
+		ev, err := in.opts.Writer.EvictBefore(ctx, id, cutoff)
+		segs += ev.Segments
+		if err != nil {
+			return segs, bytes, err
 		}
 	}
-	return nil
+	return segs, bytes, nil
 }
 
 // Compact merges small segments of every stream with at least

@@ -535,3 +535,41 @@ func TestThinEpochsWaitForSamples(t *testing.T) {
 		t.Fatalf("%d seals once the epoch holds %d samples a series, want 1", n, minSamplesPerSeries)
 	}
 }
+
+// TestARestartSealsTheLiveTailItInherits: rows a previous session left live
+// (here, a policy that never sealed) are counted into the seal accounts
+// when the ingester starts, so the next SealDue seals them, bounded, and
+// every sample still reads back.
+func TestARestartSealsTheLiveTailItInherits(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "a.db")
+	s := openStackWriter(t, path, archive.SealPolicy{MaxRows: 1000}, 0, archive.WriterOptions{DeferPrunes: true})
+	for ts := int64(1); ts <= 7; ts++ {
+		wr := prompb.WriteRequest{Timeseries: []prompb.TimeSeries{{Labels: lbl("__name__", "m1"), Samples: []prompb.Sample{{Timestamp: ts, Value: float64(ts)}}}}}
+		if a := post(t, s.url, bytes.NewReader(encodeV1(t, &wr)), v1Headers()); a.code != http.StatusNoContent {
+			t.Fatalf("%d %s", a.code, a.body)
+		}
+	}
+	s.ing.SealDue(context.Background())
+	if n := s.w.Stats().Seals; n != 0 {
+		t.Fatalf("%d seals under a 1000-row policy", n)
+	}
+	s.close(t)
+
+	// Under a 2-row policy the seven inherited rows (one epoch, which the
+	// restart closes with a marker row) are due at once; without them in
+	// the account only the marker would be, one row, below the policy.
+	s = openStackWriter(t, path, archive.SealPolicy{MaxRows: 2}, 0, archive.WriterOptions{MaxSealRows: 64, DeferPrunes: true})
+	s.ing.SealDue(context.Background()) // no new row: only the inherited seven
+	if st := s.w.Stats(); st.Seals == 0 {
+		t.Fatal("the 7 inherited rows were not sealed")
+	}
+	if err := s.w.Sync(context.Background()); err != nil { // the round's prune applied
+		t.Fatal(err)
+	}
+	if n := walRows(t, path); n != 0 {
+		t.Errorf("%d wal rows left after SealDue", n)
+	}
+	if got := readBack(t, path); len(got) != 1 || len(got[0].Samples) != 7 {
+		t.Fatalf("read back %v, want m1 with 7 samples", got)
+	}
+}

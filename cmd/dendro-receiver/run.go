@@ -31,6 +31,7 @@ import (
 
 	"github.com/dendro-receiver/dendro-receiver/archive"
 	"github.com/dendro-receiver/dendro-receiver/encoders/promsample"
+	"github.com/dendro-receiver/dendro-receiver/membudget"
 	promread "github.com/dendro-receiver/dendro-receiver/promql-read"
 	"github.com/dendro-receiver/dendro-receiver/receiver"
 	"github.com/dendro-receiver/dendro-receiver/seriesindex"
@@ -69,6 +70,7 @@ type config struct {
 	buckets       int
 	retentionTime model.Duration
 	retentionSize units.Base2Bytes
+	diskReserve   units.Base2Bytes
 	sealMaxRows   int64
 	sealMaxBytes  units.Base2Bytes
 	sealMaxAge    model.Duration
@@ -84,6 +86,8 @@ type config struct {
 	queryMaxConc    int
 	queryTimeout    model.Duration
 	queryCache      units.Base2Bytes
+
+	memoryLimit units.Base2Bytes
 }
 
 func parseFlags(args []string, stdout io.Writer) (*config, bool, error) {
@@ -106,8 +110,12 @@ func parseFlags(args []string, stdout io.Writer) (*config, bool, error) {
 	app.Flag("source.stream-buckets", "Streams each source's series are spread over, by metric name. More: cheaper "+
 		"one-metric reads, dearer writes.").Default(fmt.Sprint(promsample.DefaultStreamBuckets)).IntVar(&c.buckets)
 	app.Flag("retention.time", "Remove data received longer ago than this (0: keep).").Default("15d").SetValue(named("retention.time", &c.retentionTime))
-	app.Flag("retention.size", "Cap the archive at this size by removing the oldest segments (0: no cap). Units: KB, MB, GB...").
+	app.Flag("retention.size", "Cap the archive at this size by removing the oldest segments (0: no cap). Set, the oldest "+
+		"segments also go early whenever less than --retention.disk-reserve is left for the archive on its disk, "+
+		"so a filling disk costs history before it refuses a write. Units: KB, MB, GB...").
 		Default("0").SetValue(named("retention.size", (*bytesValue)(&c.retentionSize)))
+	app.Flag("retention.disk-reserve", "With --retention.size: the room (free disk plus free pages in the archive) to keep for the archive.").
+		Default("64MiB").SetValue(named("retention.disk-reserve", (*bytesValue)(&c.diskReserve)))
 	app.Flag("seal.max-rows", "Seal a stream's live rows into a Parquet segment after this many rows (requests); a seal takes at most this many.").
 		Default(fmt.Sprint(archive.DefaultSealMaxRows)).Int64Var(&c.sealMaxRows)
 	app.Flag("seal.max-bytes", "... or this many bytes of live rows (and takes at most this many).").Default("8MiB").SetValue(named("seal.max-bytes", (*bytesValue)(&c.sealMaxBytes)))
@@ -131,6 +139,10 @@ func parseFlags(args []string, stdout io.Writer) (*config, bool, error) {
 		SetValue(named("query.timeout", &c.queryTimeout))
 	app.Flag("query.cache-bytes", "Memory for caching immutable segments between queries (0: default).").
 		Default("64MiB").SetValue(named("query.cache-bytes", (*bytesValue)(&c.queryCache)))
+	memDefault, memFrom := defaultMemoryLimit(os.ReadFile)
+	app.Flag("memory.limit", fmt.Sprintf("The process's memory budget: the Go runtime's soft limit, the SQLite readers' page caches "+
+		"and what reads may hold are all shares of it (default: %s).", memFrom)).
+		Default(fmt.Sprintf("%dMiB", memDefault>>20)).SetValue(named("memory.limit", (*bytesValue)(&c.memoryLimit)))
 	promslogflag.AddFlags(app, &c.log)
 	// --help and --version print and then "terminate": run returns instead
 	// of exiting the process, so main's cleanup (and tests) still run.
@@ -148,8 +160,11 @@ func parseFlags(args []string, stdout io.Writer) (*config, bool, error) {
 	if c.sealMaxRows < 1 || c.sealMaxBytes < 1 || c.sealMaxAge <= 0 {
 		return nil, false, usage("--seal.max-rows, --seal.max-bytes and --seal.max-age must be positive")
 	}
-	if c.retentionTime < 0 || c.retentionSize < 0 {
-		return nil, false, usage("--retention.time and --retention.size must not be negative")
+	if _, err := planMemory(int64(c.memoryLimit)); err != nil {
+		return nil, false, usage("%v", err)
+	}
+	if c.retentionTime < 0 || c.retentionSize < 0 || c.diskReserve <= 0 {
+		return nil, false, usage("--retention.time and --retention.size must not be negative, --retention.disk-reserve must be positive")
 	}
 	return c, true, nil
 }
@@ -301,7 +316,24 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, procs int
 		}
 		return fmt.Errorf("opening the archive: %w", err)
 	}
-	reader, err := archive.Open(c.archivePath)
+	// One memory budget (memory.go). The fixed shares are reserved here,
+	// for the process's life; the read path is to reserve the rest as it
+	// decodes and answers. Until promql-read does, its share is bounded by
+	// --query.max-samples and the Go runtime's soft limit only.
+	mem, _ := planMemory(int64(c.memoryLimit))
+	defer applyGoMemoryLimit(mem.goLimit, os.Getenv)()
+	budget := membudget.New(mem.limit)
+	if _, err := budget.Reserve(ctx, mem.fixed+mem.ingest+mem.sqlite+mem.gcSlack); err != nil {
+		w.Close()
+		return fmt.Errorf("reserving the fixed memory shares: %w", err)
+	}
+	if qc := int64(c.queryCache); qc > mem.reads/2 {
+		logger.Warn("--query.cache-bytes is more than half of what reads may hold under --memory.limit; using that half",
+			"query.cache-bytes", c.queryCache, "memory.limit", c.memoryLimit, "cache", units.Base2Bytes(mem.reads/2))
+		c.queryCache = units.Base2Bytes(mem.reads / 2)
+	}
+	reader, err := archive.OpenWithOptions(c.archivePath, archive.ReadOptions{
+		MemoryBytes: mem.sqlite, MaxConns: mem.readerConns(c.queryMaxConc)})
 	if err != nil {
 		w.Close()
 		return fmt.Errorf("opening a read handle: %w", err)
@@ -314,6 +346,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, procs int
 		Seal:              policy,
 		Retention:         time.Duration(c.retentionTime),
 		RetentionBytes:    int64(c.retentionSize),
+		DiskReserve:       int64(c.diskReserve),
 		CompactTargetRows: c.compactRows,
 		WriteTimeout:      time.Duration(c.writeTimeout),
 		Parallelism:       procs,
@@ -327,7 +360,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, procs int
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		newArchiveCollector(w, reader, ing))
+		newArchiveCollector(w, reader, ing), newMemoryCollector(mem, budget))
 	h, err := receiver.NewHandler(ing, receiver.Options{
 		MaxCompressedBytes: int64(c.maxRequest),
 		MaxDecodedBytes:    int64(c.maxDecoded),
@@ -370,12 +403,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, procs int
 	// auth like every other path).
 	r.Mount("/debug", middleware.Profiler())
 	r.Get("/-/healthy", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "Healthy.\n") })
-	r.Get("/-/ready", func(w http.ResponseWriter, _ *http.Request) {
+	// Ready: started, not shutting down, and the writer can commit. While
+	// it cannot (a full disk, EIO) writes are refused with 507/503, so a
+	// load balancer or supervisor must not see a healthy server; the answer
+	// says why, and turns 200 again by itself once the writer commits.
+	r.Get("/-/ready", func(rw http.ResponseWriter, _ *http.Request) {
 		if !ready.Load() {
-			http.Error(w, "Not ready.", http.StatusServiceUnavailable)
+			http.Error(rw, "Not ready.", http.StatusServiceUnavailable)
 			return
 		}
-		io.WriteString(w, "Ready.\n")
+		if err := w.Health(); err != nil {
+			http.Error(rw, "Not ready: "+oneLine(err), http.StatusServiceUnavailable)
+			return
+		}
+		io.WriteString(rw, "Ready.\n")
 	})
 	srv := &http.Server{Handler: r, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
 
@@ -401,6 +442,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, procs int
 		go func(l net.Listener) { serveErr <- web.Serve(l, srv, c.web, logger) }(l)
 	}
 	ready.Store(true)
+	logger.Info("memory budget", "limit", units.Base2Bytes(mem.limit), "go_soft_limit", units.Base2Bytes(mem.goLimit),
+		"sqlite_readers", units.Base2Bytes(mem.sqlite), "reader_connections", mem.readerConns(c.queryMaxConc),
+		"reads", units.Base2Bytes(mem.reads), "query_cache", c.queryCache)
 	logger.Info("dendro-receiver serving", "version", buildVersion(), "archive", c.archivePath,
 		"listen", strings.Join(*c.web.WebListenAddresses, ","), "created", !exists)
 
