@@ -1,0 +1,171 @@
+package receiver
+
+import (
+	"context"
+	"fmt"
+	"sort"
+
+	"github.com/dendro-receiver/dendro-receiver/archive"
+)
+
+// EnforceRetention evicts what was received before now-Retention, then,
+// when the archive exceeds RetentionBytes, the oldest segments until it fits.
+func (in *Ingester) EnforceRetention(ctx context.Context) error {
+	ids := in.sourceIDs()
+	if in.opts.Retention > 0 {
+		cutoff := in.opts.Now().Add(-in.opts.Retention).UnixNano()
+		for _, id := range ids {
+			if _, err := in.opts.Writer.EvictBefore(ctx, id, cutoff); err != nil {
+				return err
+			}
+		}
+	}
+	if in.opts.RetentionBytes <= 0 {
+		return nil
+	}
+	room, err := in.room(ctx)
+	if err != nil {
+		return err
+	}
+	if room.used <= in.opts.RetentionBytes {
+		return nil
+	}
+	in.log.Info("size retention: evicting the oldest segments", "archive_bytes", room.used, "limit", in.opts.RetentionBytes)
+	_, _, err = in.evictOldest(ctx, ids, room.used-in.opts.RetentionBytes)
+	return err
+}
+
+// room is what the archive occupies and what it may still grow into.
+type room struct {
+	used     int64 // bytes of the file's pages in use
+	freeFile int64 // bytes of its free pages, reused before the file grows
+	freeDisk int64 // bytes the filesystem may still give it
+}
+
+func (in *Ingester) room(ctx context.Context) (room, error) {
+	var r room
+	err := in.opts.Reader.View(ctx, func(tx *archive.ReadTx) error {
+		ps, err := tx.PageStats()
+		r.used, r.freeFile = (ps.Pages-ps.Free)*ps.PageSize, ps.Free*ps.PageSize
+		return err
+	})
+	if err != nil {
+		return r, err
+	}
+	r.freeDisk, err = archive.DiskFree(in.opts.Reader.Path())
+	return r, err
+}
+
+// KeepDiskReserve keeps DiskReserve of room for the archive (free space on
+// its filesystem plus free pages in its file) when RetentionBytes is set,
+// by evicting the oldest segments early: before the size cap asks for it,
+// and before a full disk refuses a write. Run calls it every
+// diskCheckEvery and at once when a write found the disk full.
+func (in *Ingester) KeepDiskReserve(ctx context.Context) error {
+	if in.opts.RetentionBytes <= 0 {
+		return nil
+	}
+	r, err := in.room(ctx)
+	if err != nil {
+		return err
+	}
+	short := in.opts.DiskReserve - (r.freeDisk + r.freeFile)
+	if short <= 0 {
+		return nil
+	}
+	// A quarter of the reserve more than is short, so that a steady load
+	// costs one eviction per quarter-reserve written, not one per check.
+	segs, bytes, err := in.evictOldest(ctx, in.sourceIDs(), short+in.opts.DiskReserve/4)
+	if segs > 0 {
+		in.stats.earlyEvictions.Add(1)
+		in.stats.earlyEvictedSegments.Add(segs)
+		in.stats.earlyEvictedBytes.Add(bytes)
+		in.log.Warn("the disk is nearly full: evicted the oldest segments early to keep room for the archive",
+			"segments", segs, "bytes", bytes, "disk_free", r.freeDisk, "file_free", r.freeFile, "reserve", in.opts.DiskReserve)
+	}
+	return err
+}
+
+// evictOldest evicts, from every source, everything older than the newest
+// row of the oldest segments that together hold at least excess bytes
+// (by receipt time: every source's ts are the one writer's clock). It
+// returns the segments and bytes evicted.
+func (in *Ingester) evictOldest(ctx context.Context, ids []archive.SourceID, excess int64) (segs, bytes int64, err error) {
+	type seg struct {
+		lastTS, bytes int64
+	}
+	var all []seg
+	if err := in.opts.Reader.View(ctx, func(tx *archive.ReadTx) error {
+		for _, id := range ids {
+			sizes, err := tx.SegmentSizes(id)
+			if err != nil {
+				return err
+			}
+			for _, s := range sizes {
+				all = append(all, seg{s.LastTS, s.Bytes})
+			}
+		}
+		return nil
+	}); err != nil {
+		return 0, 0, err
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].lastTS < all[j].lastTS })
+	cutoff := int64(0)
+	for _, s := range all {
+		if bytes >= excess {
+			break
+		}
+		bytes += s.bytes
+		cutoff = s.lastTS + 1
+	}
+	if cutoff == 0 {
+		return 0, 0, nil
+	}
+	for _, id := range ids {
+		ev, err := in.opts.Writer.EvictBefore(ctx, id, cutoff)
+		segs += ev.Segments
+		if err != nil {
+			return segs, bytes, err
+		}
+	}
+	return segs, bytes, nil
+}
+
+// Compact merges small segments of every stream with at least
+// compactMinSegs segments.
+func (in *Ingester) Compact(ctx context.Context) error {
+	if in.opts.CompactTargetRows < 0 {
+		return nil
+	}
+	var todo []streamKey
+	if err := in.opts.Reader.View(ctx, func(tx *archive.ReadTx) error {
+		for _, id := range in.sourceIDs() {
+			streams, err := tx.Streams(id)
+			if err != nil {
+				return err
+			}
+			for _, st := range streams {
+				n, _, err := tx.SegmentSpan(id, st)
+				if err != nil {
+					return err
+				}
+				if n >= compactMinSegs {
+					todo = append(todo, streamKey{id, st})
+				}
+			}
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	for _, k := range todo {
+		c, err := in.opts.Writer.Compact(ctx, k.source, k.stream, in.opts.CompactTargetRows, in.enc)
+		if err != nil {
+			return fmt.Errorf("compact source %d stream %s: %w", k.source, k.stream, err)
+		}
+		if c.Merges > 0 {
+			in.log.Debug("compacted", "source", k.source, "stream", k.stream, "before", c.Before, "after", c.After)
+		}
+	}
+	return nil
+}
