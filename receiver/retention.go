@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"time"
 
 	"github.com/dendro-receiver/dendro-receiver/archive"
 )
@@ -15,7 +16,7 @@ func (in *Ingester) EnforceRetention(ctx context.Context) error {
 	if in.opts.Retention > 0 {
 		cutoff := in.opts.Now().Add(-in.opts.Retention).UnixNano()
 		for _, id := range ids {
-			if _, err := in.opts.Writer.EvictBefore(ctx, id, cutoff); err != nil {
+			if _, err := in.evictBefore(ctx, id, cutoff); err != nil {
 				return err
 			}
 		}
@@ -122,7 +123,7 @@ func (in *Ingester) evictOldest(ctx context.Context, ids []archive.SourceID, exc
 		return 0, 0, nil
 	}
 	for _, id := range ids {
-		ev, err := in.opts.Writer.EvictBefore(ctx, id, cutoff)
+		ev, err := in.evictBefore(ctx, id, cutoff)
 		segs += ev.Segments
 		if err != nil {
 			return segs, bytes, err
@@ -165,6 +166,72 @@ func (in *Ingester) Compact(ctx context.Context) error {
 		}
 		if c.Merges > 0 {
 			in.log.Debug("compacted", "source", k.source, "stream", k.stream, "before", c.Before, "after", c.After)
+		}
+	}
+	return nil
+}
+
+// evictBefore evicts what source id received before cutoff, sealing first
+// every stream of it whose live rows may reach back past cutoff.
+//
+// Evicting live rows by receipt time would cut a format-2 epoch
+// (epochs.go): its later rows refer to the labels its first rows anchor,
+// so with those gone the rest of the epoch decodes to nothing, a hole in
+// the history rather than a shorter one. That happens whenever a live row
+// outlives the retention: a --retention.time shorter than --seal.max-age,
+// seals held up by a full disk, or a size cap that evicts by the newest
+// segment's time. Sealed, the rows go into a segment, which eviction
+// takes whole once all of it is older than the cutoff, and live rows
+// older than the cutoff are none.
+func (in *Ingester) evictBefore(ctx context.Context, id archive.SourceID, cutoff int64) (archive.Evicted, error) {
+	if err := in.sealOlderThan(ctx, id, time.Unix(0, cutoff)); err != nil {
+		return archive.Evicted{}, fmt.Errorf("sealing the live rows an eviction would cut: %w", err)
+	}
+	return in.opts.Writer.EvictBefore(ctx, id, cutoff)
+}
+
+// sealOlderThan seals, to the end, each stream of source id whose seal
+// account opened before cutoff (an account opens at or before its first
+// row, so no stream with rows that old is missed).
+func (in *Ingester) sealOlderThan(ctx context.Context, id archive.SourceID, cutoff time.Time) error {
+	now := in.opts.Now()
+	var streams []string
+	in.mu.Lock()
+	for k, a := range in.accounts {
+		if k.source == id && a.Rows() > 0 && a.Opened().Before(cutoff) {
+			streams = append(streams, k.stream)
+			a.Rotate(in.opts.Seal, now)
+		}
+	}
+	in.mu.Unlock()
+	if len(streams) == 0 {
+		return nil
+	}
+	sort.Strings(streams)
+	st := in.sourceByID(id)
+	if st == nil {
+		return nil
+	}
+	var buckets []int
+	for _, s := range streams {
+		if b := st.bucketOf(s); b >= 0 {
+			buckets = append(buckets, b)
+		}
+	}
+	// A seal takes closed epochs only: close theirs, so that it takes
+	// every row they have now.
+	if err := in.closeEpochs(ctx, st, buckets, false); err != nil {
+		return err
+	}
+	in.log.Info("sealing live rows older than the retention before evicting", "source", id, "streams", len(streams))
+	for len(streams) > 0 {
+		sealed, err := in.opts.Writer.SealWait(ctx, id, streams)
+		if err != nil {
+			return err
+		}
+		streams = streams[:0]
+		for _, s := range sealed {
+			streams = append(streams, s.Stream)
 		}
 	}
 	return nil
