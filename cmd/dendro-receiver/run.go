@@ -316,21 +316,21 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, procs int
 		}
 		return fmt.Errorf("opening the archive: %w", err)
 	}
-	// One memory budget (memory.go). The fixed shares are reserved here,
-	// for the process's life; the read path is to reserve the rest as it
-	// decodes and answers. Until promql-read does, its share is bounded by
-	// --query.max-samples and the Go runtime's soft limit only.
+	// One memory budget (memory.go). The fixed shares, and the decoded-
+	// segment cache (bounded by --query.cache-bytes), are reserved here
+	// for the process's life; every question reserves from the rest what
+	// its answer holds as it decodes (promql-read's Options.Memory).
 	mem, _ := planMemory(int64(c.memoryLimit))
 	defer applyGoMemoryLimit(mem.goLimit, os.Getenv)()
 	budget := membudget.New(mem.limit)
-	if _, err := budget.Reserve(ctx, mem.fixed+mem.ingest+mem.sqlite+mem.gcSlack); err != nil {
-		w.Close()
-		return fmt.Errorf("reserving the fixed memory shares: %w", err)
-	}
 	if qc := int64(c.queryCache); qc > mem.reads/2 {
 		logger.Warn("--query.cache-bytes is more than half of what reads may hold under --memory.limit; using that half",
 			"query.cache-bytes", c.queryCache, "memory.limit", c.memoryLimit, "cache", units.Base2Bytes(mem.reads/2))
 		c.queryCache = units.Base2Bytes(mem.reads / 2)
+	}
+	if _, err := budget.Reserve(ctx, mem.fixed+mem.ingest+mem.sqlite+mem.gcSlack+int64(c.queryCache)); err != nil {
+		w.Close()
+		return fmt.Errorf("reserving the fixed memory shares: %w", err)
 	}
 	reader, err := archive.OpenWithOptions(c.archivePath, archive.ReadOptions{
 		MemoryBytes: mem.sqlite, MaxConns: mem.readerConns(c.queryMaxConc)})
@@ -383,6 +383,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, procs int
 		CacheBytes:     int64(c.queryCache),
 		Logger:         logger.With("component", "read"),
 		Series:         series,
+		Memory:         budget,
+		MemoryPerQuery: mem.reads - int64(c.queryCache),
 	})
 	if err != nil {
 		reader.Close()
