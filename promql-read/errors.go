@@ -31,7 +31,7 @@ type MemoryLimitError struct{ Need, Limit int64 }
 
 func (e *MemoryLimitError) Error() string {
 	return fmt.Sprintf("the answer would hold about %d MiB, more than the %d MiB a query may under --memory.limit: narrow the matchers or the time range",
-		e.Need>>20, e.Limit>>20)
+		(e.Need+1<<20-1)>>20, e.Limit>>20) // rounded up, so that the two never read the same
 }
 
 // Is makes MemoryLimitError match ErrTooMuchMemory.
