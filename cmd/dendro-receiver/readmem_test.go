@@ -104,7 +104,12 @@ func TestReadsOfALargeTailStayUnderTheMemoryLimit(t *testing.T) {
 	}
 	hwm := peakRSS(t, srv.cmd.Process.Pid)
 	t.Logf("peak RSS %d MiB under --memory.limit=256MiB", hwm>>20)
-	if hwm > limit {
+	switch {
+	case raceEnabled:
+		// The detector's shadow memory is not the server's: .ci/run
+		// runs this test once more without -race to check the bound.
+		t.Logf("race detector on: the RSS bound is not checked")
+	case hwm > limit:
 		t.Errorf("peak RSS %d MiB, over the 256 MiB limit", hwm>>20)
 	}
 }
