@@ -16,7 +16,7 @@ func (in *Ingester) EnforceRetention(ctx context.Context) error {
 	if in.opts.Retention > 0 {
 		cutoff := in.opts.Now().Add(-in.opts.Retention).UnixNano()
 		for _, id := range ids {
-			if _, err := in.evictBefore(ctx, id, cutoff); err != nil {
+			if _, err := in.evictBefore(ctx, id, cutoff, true); err != nil {
 				return err
 			}
 		}
@@ -123,7 +123,10 @@ func (in *Ingester) evictOldest(ctx context.Context, ids []archive.SourceID, exc
 		return 0, 0, nil
 	}
 	for _, id := range ids {
-		ev, err := in.evictBefore(ctx, id, cutoff)
+		// No seal first: this frees room, often on a disk too full to
+		// write a segment; a live row older than cutoff waits for its
+		// stream's own seal and goes with a later eviction.
+		ev, err := in.evictBefore(ctx, id, cutoff, false)
 		segs += ev.Segments
 		if err != nil {
 			return segs, bytes, err
@@ -171,8 +174,9 @@ func (in *Ingester) Compact(ctx context.Context) error {
 	return nil
 }
 
-// evictBefore evicts what source id received before cutoff, sealing first
-// every stream of it whose live rows may reach back past cutoff.
+// evictBefore evicts what source id received before cutoff, sealing
+// first (when seal is set) every stream of it whose live rows may reach
+// back past cutoff, and never evicting a live row.
 //
 // Evicting live rows by receipt time would cut a format-2 epoch
 // (epochs.go): its later rows refer to the labels its first rows anchor,
@@ -181,13 +185,59 @@ func (in *Ingester) Compact(ctx context.Context) error {
 // outlives the retention: a --retention.time shorter than --seal.max-age,
 // seals held up by a full disk, or a size cap that evicts by the newest
 // segment's time. Sealed, the rows go into a segment, which eviction
-// takes whole once all of it is older than the cutoff, and live rows
-// older than the cutoff are none.
-func (in *Ingester) evictBefore(ctx context.Context, id archive.SourceID, cutoff int64) (archive.Evicted, error) {
-	if err := in.sealOlderThan(ctx, id, time.Unix(0, cutoff)); err != nil {
-		return archive.Evicted{}, fmt.Errorf("sealing the live rows an eviction would cut: %w", err)
+// takes whole once all of it is older than the cutoff. A seal that fails
+// (a full disk is the usual reason) leaves the rows live; then each
+// stream that still holds live rows older than cutoff is evicted only
+// below its oldest live row (an epoch is sealed whole or not at all, so
+// that keeps every epoch whole), and the rest waits for a later pass.
+func (in *Ingester) evictBefore(ctx context.Context, id archive.SourceID, cutoff int64, seal bool) (archive.Evicted, error) {
+	if seal {
+		if err := in.sealOlderThan(ctx, id, time.Unix(0, cutoff)); err != nil {
+			if ctx.Err() != nil {
+				return archive.Evicted{}, err
+			}
+			in.log.Warn("sealing the live rows older than the retention failed; evicting only what is sealed below them",
+				"source", id, "err", err)
+		}
 	}
-	return in.opts.Writer.EvictBefore(ctx, id, cutoff)
+	held, err := in.liveBefore(ctx, id, cutoff)
+	if err != nil {
+		return archive.Evicted{}, err
+	}
+	if len(held) == 0 {
+		return in.opts.Writer.EvictBefore(ctx, id, cutoff)
+	}
+	ev, err := in.opts.Writer.EvictStreamsBefore(ctx, id, cutoff, func(s string) bool { _, ok := held[s]; return !ok })
+	for s, oldest := range held {
+		if err != nil {
+			break
+		}
+		var e archive.Evicted
+		e, err = in.opts.Writer.EvictStreamsBefore(ctx, id, oldest, func(t string) bool { return t == s })
+		ev.Segments, ev.WALRows, ev.LiveRows, ev.CallerRows = ev.Segments+e.Segments, ev.WALRows+e.WALRows, ev.LiveRows+e.LiveRows, ev.CallerRows+e.CallerRows
+	}
+	return ev, err
+}
+
+// liveBefore maps each stream of source id with live rows received before
+// cutoff to the ts of its oldest live row. It reads a snapshot: rows
+// committed after it are newer than any cutoff retention computes, and a
+// seal since it only makes the answer stricter than it need be.
+func (in *Ingester) liveBefore(ctx context.Context, id archive.SourceID, cutoff int64) (map[string]int64, error) {
+	var held map[string]int64
+	err := in.opts.Reader.View(ctx, func(tx *archive.ReadTx) error {
+		spans, err := tx.LiveSpans(id)
+		for _, sp := range spans {
+			if sp.FirstTS < cutoff {
+				if held == nil {
+					held = map[string]int64{}
+				}
+				held[sp.Stream] = sp.FirstTS
+			}
+		}
+		return err
+	})
+	return held, err
 }
 
 // sealOlderThan seals, to the end, each stream of source id whose seal
