@@ -650,6 +650,14 @@ func (tx *ReadTx) LiveSpans(source SourceID) ([]StreamSpan, error) {
 	return out, nil
 }
 
+// LiveRowsBefore counts the live wal rows of a stream received before
+// cutoff.
+func (tx *ReadTx) LiveRowsBefore(source SourceID, stream string, cutoff int64) (int64, error) {
+	var n int64
+	err := tx.q.QueryRowContext(tx.ctx, `SELECT COUNT(*) FROM wal WHERE `+liveStream+` AND ts < ?3`, source, stream, cutoff).Scan(&n)
+	return n, sqlErr("live rows before", err)
+}
+
 // ClockOffsets returns a source's clock observations by ts.
 func (tx *ReadTx) ClockOffsets(source SourceID) ([]ClockOffset, error) {
 	rows, err := tx.q.QueryContext(tx.ctx, `SELECT ts, offset_ns FROM clock_offsets WHERE source_id = ?1 ORDER BY ts`, source)

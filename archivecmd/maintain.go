@@ -88,7 +88,8 @@ func allStreams(ctx context.Context, a *archive.Archive) ([]streamKey, error) {
 type EvictOptions struct {
 	// Before is the cutoff in receipt time (the archive's row ts, Unix
 	// ns), as --retention.time removes: what was received before it goes.
-	// A segment holding rows on both sides of it is kept whole.
+	// A segment holding rows on both sides of it is kept whole, and so are
+	// live rows (see liveBefore).
 	Before int64
 	// Matchers, when set, limit the eviction to the series they all
 	// match: each segment wholly before the cutoff that holds such series
@@ -110,8 +111,9 @@ type Evicted struct {
 	// Series and Samples count what the matched eviction removed (float
 	// and histogram samples; series per segment they were removed from).
 	Series, Samples int64
-	// LiveKept counts the live wal rows received before the cutoff that a
-	// matched eviction did not look into (rows are not rewritten).
+	// LiveKept counts the live wal rows received before the cutoff that
+	// the eviction kept: live rows are neither evicted by time (see
+	// liveBefore) nor rewritten.
 	LiveKept int64
 }
 
@@ -134,12 +136,35 @@ func Evict(ctx context.Context, h *archive.WriteHandle, opts EvictOptions) (Evic
 			ids = append(ids, id)
 		}
 		slices.Sort(ids)
+		held, err := liveBefore(ctx, h, ids, opts.Before, &ev)
+		if err != nil {
+			return ev, err
+		}
 		for i, id := range ids {
 			if opts.Progress != nil {
 				opts.Progress(int64(i), int64(len(ids)))
 			}
 			if err := h.Update(ctx, func(tx *archive.WriteTx) error {
-				e, err := tx.EvictBefore(id, opts.Before)
+				// A stream whose live rows reach back past the cutoff is
+				// cut at its oldest live row instead: every segment of
+				// it below the cutoff is older than that row (live rows
+				// lie above the stream's watermark), so the same
+				// segments go, and no live row.
+				var e archive.Evicted
+				var err error
+				if hold := held[id]; len(hold) == 0 {
+					e, err = tx.EvictBefore(id, opts.Before)
+				} else {
+					e, err = tx.EvictStreamsBefore(id, opts.Before, func(s string) bool { _, ok := hold[s]; return !ok })
+					for s, oldest := range hold {
+						if err != nil {
+							break
+						}
+						var f archive.Evicted
+						f, err = tx.EvictStreamsBefore(id, oldest, func(t string) bool { return t == s })
+						e.Segments, e.WALRows, e.LiveRows, e.CallerRows = e.Segments+f.Segments, e.WALRows+f.WALRows, e.LiveRows+f.LiveRows, e.CallerRows+f.CallerRows
+					}
+				}
 				ev.Segments += e.Segments
 				ev.WALRows += e.WALRows
 				ev.Evicted.LiveRows += e.LiveRows
@@ -349,4 +374,39 @@ func matchAll(ms []*labels.Matcher, ls labels.Labels) bool {
 		}
 	}
 	return true
+}
+
+// liveBefore finds, per source, the streams with live rows received before
+// cutoff, with the ts of each one's oldest live row, and counts those rows
+// in ev.LiveKept. Live rows are never evicted by time: a format-2 row's
+// series are named by the rows of its epoch before it, so deleting a
+// prefix of a stream's live rows could leave the rest undecodable. A
+// server seals them (it seals the live tail it inherits at start); then
+// they can go.
+func liveBefore(ctx context.Context, h *archive.WriteHandle, ids []archive.SourceID, cutoff int64, ev *Evicted) (map[archive.SourceID]map[string]int64, error) {
+	held := map[archive.SourceID]map[string]int64{}
+	err := h.View(ctx, func(tx *archive.ReadTx) error {
+		for _, id := range ids {
+			spans, err := tx.LiveSpans(id)
+			if err != nil {
+				return err
+			}
+			for _, sp := range spans {
+				if sp.FirstTS >= cutoff {
+					continue
+				}
+				n, err := tx.LiveRowsBefore(id, sp.Stream, cutoff)
+				if err != nil {
+					return err
+				}
+				if held[id] == nil {
+					held[id] = map[string]int64{}
+				}
+				held[id][sp.Stream] = sp.FirstTS
+				ev.LiveKept += n
+			}
+		}
+		return nil
+	})
+	return held, err
 }

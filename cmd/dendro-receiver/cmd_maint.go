@@ -153,8 +153,9 @@ func evictCmd(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	cut := before.UTC().Format(time.RFC3339)
 	if ms == nil {
 		fmt.Fprintf(stdout, "evicted what was received before %s: %d segments, %d wal rows\n", cut, ev.Segments, ev.WALRows)
-		if ev.Evicted.LiveRows > 0 {
-			fmt.Fprintf(stdout, "warning: %d of those wal rows were not sealed yet: their samples are gone\n", ev.Evicted.LiveRows)
+		if ev.LiveKept > 0 {
+			fmt.Fprintf(stdout, "kept %d live wal rows received before the cutoff: they are not sealed yet, and a stream's "+
+				"live rows go together; once a server has sealed them (it does at start), evict again\n", ev.LiveKept)
 		}
 		return nil
 	}

@@ -388,6 +388,49 @@ func TestCompactAndEvictWaitForTheServer(t *testing.T) {
 	}
 }
 
+// TestEvictKeepsLiveRows: after a kill -9 the archive holds live rows in
+// open epochs; evict --before=now takes the sealed segments and keeps
+// every live row (a stream's live rows go together, and only a server
+// seals them), says so, and the archive stays sound with the live samples
+// all there.
+func TestEvictKeepsLiveRows(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "a.db")
+	base := time.Now().Add(-2 * time.Hour).UnixMilli()
+	srv := serve(t, path, "--seal.max-rows=3", "--compact.target-rows=-1")
+	sendN(t, srv.addr, "ops", 0, 8, base)
+	waitSealed(t, path)
+	srv.stop(t, syscall.SIGKILL)
+	before := inspectJSONOf(t, path)
+	if before.Segments == 0 {
+		t.Fatal("no segment sealed before the kill")
+	}
+	// Rows the server never sealed: sent to a new server with a policy
+	// that does not seal, then killed.
+	srv = serve(t, path, "--seal.max-rows=1000000", "--seal.max-age=1h", "--compact.target-rows=-1")
+	sendN(t, srv.addr, "ops", 8, 12, base)
+	srv.stop(t, syscall.SIGKILL)
+	mid := inspectJSONOf(t, path)
+	if mid.LiveRows == 0 {
+		t.Fatal("no live rows after the kill")
+	}
+	out := mustOp(t, "evict", "--archive.path="+path, "--before=now")
+	if !strings.Contains(out, "kept ") || !strings.Contains(out, "live wal rows") {
+		t.Errorf("evict said %q, want it to say it kept the live rows", out)
+	}
+	after := inspectJSONOf(t, path)
+	if after.Segments != 0 || after.LiveRows == 0 {
+		t.Errorf("after evict: %d segments, %d live rows (before %d, %d)", after.Segments, after.LiveRows, mid.Segments, mid.LiveRows)
+	}
+	if out := mustOp(t, "verify", "--full", "--archive.path="+path); !strings.HasPrefix(out, "sound") {
+		t.Errorf("after evict: %s", out)
+	}
+	for _, sr := range readSeries(t, path) {
+		if len(sr.Samples) < 4 {
+			t.Errorf("%s keeps %d samples, want the 4 live ones", sr.Labels, len(sr.Samples))
+		}
+	}
+}
+
 // TestQueryAnswersWhatTheServerAnswers: on an archive a server is writing
 // (another metric keeps arriving meanwhile), query --format=json gives
 // byte for byte the "data" of the server's /api/v1/query_range and

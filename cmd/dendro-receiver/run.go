@@ -316,21 +316,21 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, procs int
 		}
 		return fmt.Errorf("opening the archive: %w", err)
 	}
-	// One memory budget (memory.go). The fixed shares are reserved here,
-	// for the process's life; the read path is to reserve the rest as it
-	// decodes and answers. Until promql-read does, its share is bounded by
-	// --query.max-samples and the Go runtime's soft limit only.
+	// One memory budget (memory.go). The fixed shares, and the decoded-
+	// segment cache (bounded by --query.cache-bytes), are reserved here
+	// for the process's life; every question reserves from the rest what
+	// its answer holds as it decodes (promql-read's Options.Memory).
 	mem, _ := planMemory(int64(c.memoryLimit))
 	defer applyGoMemoryLimit(mem.goLimit, os.Getenv)()
 	budget := membudget.New(mem.limit)
-	if _, err := budget.Reserve(ctx, mem.fixed+mem.ingest+mem.sqlite+mem.gcSlack); err != nil {
-		w.Close()
-		return fmt.Errorf("reserving the fixed memory shares: %w", err)
-	}
 	if qc := int64(c.queryCache); qc > mem.reads/2 {
 		logger.Warn("--query.cache-bytes is more than half of what reads may hold under --memory.limit; using that half",
 			"query.cache-bytes", c.queryCache, "memory.limit", c.memoryLimit, "cache", units.Base2Bytes(mem.reads/2))
 		c.queryCache = units.Base2Bytes(mem.reads / 2)
+	}
+	if _, err := budget.Reserve(ctx, mem.fixed+mem.ingest+mem.sqlite+mem.gcSlack+int64(c.queryCache)); err != nil {
+		w.Close()
+		return fmt.Errorf("reserving the fixed memory shares: %w", err)
 	}
 	reader, err := archive.OpenWithOptions(c.archivePath, archive.ReadOptions{
 		MemoryBytes: mem.sqlite, MaxConns: mem.readerConns(c.queryMaxConc)})
@@ -383,6 +383,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, procs int
 		CacheBytes:     int64(c.queryCache),
 		Logger:         logger.With("component", "read"),
 		Series:         series,
+		Memory:         budget,
+		MemoryPerQuery: mem.reads - int64(c.queryCache),
 	})
 	if err != nil {
 		reader.Close()
@@ -390,7 +392,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, procs int
 		return usage("%v", err)
 	}
 
-	var ready atomic.Bool
+	var ready, warming atomic.Bool
+	warming.Store(true)
 	r := chi.NewRouter()
 	r.Handle("/api/v1/write", h)
 	api.Register(r) // /api/v1/read, /api/v1/query, ... (Prometheus's HTTP API)
@@ -409,6 +412,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, procs int
 	// says why, and turns 200 again by itself once the writer commits.
 	r.Get("/-/ready", func(rw http.ResponseWriter, _ *http.Request) {
 		if !ready.Load() {
+			if warming.Load() {
+				http.Error(rw, "Not ready: indexing the archive for reads (writes are taken).", http.StatusServiceUnavailable)
+				return
+			}
 			http.Error(rw, "Not ready.", http.StatusServiceUnavailable)
 			return
 		}
@@ -420,33 +427,42 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, procs int
 	})
 	srv := &http.Server{Handler: r, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
 
-	// The index of what the archive already holds, before the first
-	// question: an open reads every segment's series table (no samples)
-	// and decodes the live tails.
-	started := time.Now()
-	if err := api.Queryable().Warm(ctx); err != nil {
-		reader.Close()
-		w.Close()
-		return fmt.Errorf("indexing the archive: %w", err)
-	}
-	logger.Info("indexed the archive", "series", series.Len(), "took", time.Since(started).Round(time.Millisecond))
-
 	bg, stopBG := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	wg.Add(2)
+	wg.Add(1)
 	go func() { defer wg.Done(); ing.Run(bg) }()
-	go func() { defer wg.Done(); api.Queryable().Follow(bg, followEvery) }()
-
 	serveErr := make(chan error, len(listeners))
 	for _, l := range listeners {
 		go func(l net.Listener) { serveErr <- web.Serve(l, srv, c.web, logger) }(l)
 	}
-	ready.Store(true)
 	logger.Info("memory budget", "limit", units.Base2Bytes(mem.limit), "go_soft_limit", units.Base2Bytes(mem.goLimit),
 		"sqlite_readers", units.Base2Bytes(mem.sqlite), "reader_connections", mem.readerConns(c.queryMaxConc),
 		"reads", units.Base2Bytes(mem.reads), "query_cache", c.queryCache)
 	logger.Info("dendro-receiver serving", "version", buildVersion(), "archive", c.archivePath,
 		"listen", strings.Join(*c.web.WebListenAddresses, ","), "created", !exists)
+
+	// Writes are taken from here on: the ingester has resumed, and a
+	// sender that restarted with us should not wait for reads to be
+	// fast. Ready waits for the read index to hold what the archive
+	// already holds (every segment's series table, no samples, and the
+	// live tails decoded), so that the first question a balanced reader
+	// sends costs what any other does; a question asked meanwhile is
+	// answered right, indexing what it needs itself.
+	warmed := make(chan error, 1)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		started := time.Now()
+		err := api.Queryable().Warm(bg)
+		if err == nil {
+			logger.Info("indexed the archive: ready", "series", series.Len(), "took", time.Since(started).Round(time.Millisecond))
+			wg.Add(1) // while this goroutine's count holds wg above zero
+			go func() { defer wg.Done(); api.Queryable().Follow(bg, followEvery) }()
+			ready.Store(true)
+		}
+		warming.Store(false)
+		warmed <- err
+	}()
 
 	var runErr error
 	select {
@@ -455,6 +471,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, procs int
 	case err := <-serveErr:
 		if !errors.Is(err, http.ErrServerClosed) {
 			runErr = fmt.Errorf("serving: %w", err)
+		}
+	case err := <-warmed:
+		if err != nil && bg.Err() == nil {
+			runErr = fmt.Errorf("indexing the archive: %w", err)
+			break
+		}
+		select {
+		case <-ctx.Done():
+			logger.Info("shutting down: finishing in-flight requests")
+		case err := <-serveErr:
+			if !errors.Is(err, http.ErrServerClosed) {
+				runErr = fmt.Errorf("serving: %w", err)
+			}
 		}
 	}
 	// Shutdown order: stop taking requests and finish those in flight; stop
