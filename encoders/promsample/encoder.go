@@ -268,18 +268,9 @@ func (e *Encoder) encode(stream string, rows []archive.Row, consume bool) (*arch
 		return nil, nil
 	}
 	c := newPackingCollector()
-	rc := newRowCollector(c)
-	defer func() { e.unresolved.Add(rc.unresolved) }()
-	rowBytes := 0
-	for i := range rows {
-		if err := rc.add(rows[i].Data); err != nil {
-			return nil, fmt.Errorf("stream %q row ts %d: %w", stream, rows[i].TS, err)
-		}
-		rowBytes += len(rows[i].Data)
-		if consume {
-			rows[i].Data = nil
-		}
-		e.Opts.yield() // per row: ~50 µs of decoding
+	rowBytes, err := e.collectRows(newRowCollector(c), rows, consume)
+	if err != nil {
+		return nil, fmt.Errorf("stream %q %w", stream, err)
 	}
 	e.probeAt("collected")
 	series, meta := c.finish()
@@ -296,6 +287,25 @@ func (e *Encoder) encode(stream string, rows []archive.Row, consume bool) (*arch
 		return nil, fmt.Errorf("stream %q: %w", stream, err)
 	}
 	return &archive.Segment{Bytes: data, Rows: int64(len(rows)), FirstTS: rows[0].TS, LastTS: rows[len(rows)-1].TS, Index: idx}, nil
+}
+
+// collectRows decodes rows into rc's collector and returns their bytes.
+// rc is not kept: its string and epoch tables (a hundred bytes a series)
+// are garbage before the series are written.
+func (e *Encoder) collectRows(rc *rowCollector, rows []archive.Row, consume bool) (int, error) {
+	defer func() { e.unresolved.Add(rc.unresolved) }()
+	rowBytes := 0
+	for i := range rows {
+		if err := rc.add(rows[i].Data); err != nil {
+			return 0, fmt.Errorf("row ts %d: %w", rows[i].TS, err)
+		}
+		rowBytes += len(rows[i].Data)
+		if consume {
+			rows[i].Data = nil
+		}
+		e.Opts.yield() // per row: ~50 µs of decoding
+	}
+	return rowBytes, nil
 }
 
 // Merge concatenates consecutive segments (in seq order) into one, as long
