@@ -287,15 +287,5 @@ func (in *Ingester) sealOlderThan(ctx context.Context, id archive.SourceID, cuto
 		return err
 	}
 	in.log.Info("sealing live rows older than the retention before evicting", "source", id, "streams", len(streams))
-	for len(streams) > 0 {
-		sealed, err := in.opts.Writer.SealWait(ctx, id, streams)
-		if err != nil {
-			return err
-		}
-		streams = streams[:0]
-		for _, s := range sealed {
-			streams = append(streams, s.Stream)
-		}
-	}
-	return nil
+	return in.sealToTheEnd(ctx, id, streams)
 }
