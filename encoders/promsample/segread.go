@@ -1,24 +1,20 @@
 package promsample
 
 import (
-	"encoding/binary"
 	"fmt"
 	"io"
-	"slices"
 	"sort"
 
-	"github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/file"
-	"github.com/apache/arrow-go/v18/parquet/metadata"
-	"github.com/cespare/xxhash/v2"
 )
 
 // SegmentReader reads chosen series of one segment through an io.ReaderAt,
 // decoding only the pages that hold their rows. It needs the segment's
 // catalog index (format 2: the series table says where a series' rows
-// are, the page checksums let it verify what it decodes) and reads the
-// footer, the page index and those pages, nothing else: a one-series read
-// of a large segment costs a few pages per column, not the segment.
+// are, the page checksums let it verify what it decodes) and its layout
+// (SegmentLayout: the footer and the page index, read once) and reads
+// those pages, nothing else: a one-series read of a large segment costs a
+// few pages per column, not the segment.
 //
 // Every page it decodes is first checked against the index's checksum
 // (verifiedReader), as ReadSegment checks the whole data region: the
@@ -34,9 +30,8 @@ type SegmentReader struct {
 	f      *file.Reader
 	vr     *verifiedReader
 	cols   *segmentColumns
-	paged  []int   // schema indexes of PagedColumns
-	rgEnd  []int64 // end row of each row group
-	starts []int64 // the series table's row starts
+	rgEnd  []int64 // end row of each row group (the layout's)
+	starts []int64 // the series table's row starts (the layout's)
 	// per row group, the readers of the paged columns, made on first use
 	rg   int
 	ts   *file.Int64ColumnChunkReader
@@ -53,109 +48,16 @@ type SegmentReader struct {
 }
 
 // NewSegmentReader opens the segment of size bytes that r reads, whose
-// catalog index is x. It refuses an index without a series table (one
-// written before format 2: read such a segment with ReadSegment) with
-// ErrUnsupportedVersion. Errors match ErrCorruptSegment otherwise.
-func NewSegmentReader(r io.ReaderAt, size int64, x *Index) (_ *SegmentReader, err error) {
-	defer recoverCorrupt(&err)
-	if x.Table == nil || len(x.PageSums) != len(x.RowGroups)*len(PagedColumns) {
-		return nil, fmt.Errorf("%w: the segment's index has no series table", ErrUnsupportedVersion)
-	}
-	if size < 12 {
-		return nil, corruptSegment("not a Parquet file", nil)
-	}
-	var tail [8]byte
-	if _, err := r.ReadAt(tail[:], size-8); err != nil {
-		return nil, corruptSegment("footer", err)
-	}
-	if string(tail[4:]) != "PAR1" {
-		return nil, corruptSegment("not a Parquet file", nil)
-	}
-	footerStart := size - 8 - int64(binary.LittleEndian.Uint32(tail[:4]))
-	if footerStart < 4 {
-		return nil, corruptSegment("footer length out of range", nil)
-	}
-	vr := &verifiedReader{r: r, size: size}
-	f, err := file.NewParquetReader(vr, file.WithReadProps(&parquet.ReaderProperties{
-		BufferedStreamEnabled: true, BufferSize: 16 << 10}))
-	if err != nil {
-		return nil, corruptSegment("parquet footer", err)
-	}
-	md := f.MetaData()
-	kv := map[string]string{}
-	for _, k := range md.KeyValueMetadata() {
-		if k.Value != nil {
-			kv[k.Key] = *k.Value
-		}
-	}
-	if v := kv[KeyEncoder]; v != EncoderVersion {
-		return nil, fmt.Errorf("%w: segment encoder %q, reading %q", ErrUnsupportedVersion, v, EncoderVersion)
-	}
-	chunksEnd, err := checkLayout(md, footerStart)
+// catalog index is x: OpenSegmentLayout, then its NewReader. It refuses an
+// index without a series table (one written before format 2: read such a
+// segment with ReadSegment) with ErrUnsupportedVersion. Errors match
+// ErrCorruptSegment otherwise.
+func NewSegmentReader(r io.ReaderAt, size int64, x *Index) (*SegmentReader, error) {
+	l, err := OpenSegmentLayout(r, size, x)
 	if err != nil {
 		return nil, err
 	}
-	if md.NumRowGroups() != len(x.RowGroups) {
-		return nil, corruptSegment(fmt.Sprintf("index lists %d row groups, file has %d", len(x.RowGroups), md.NumRowGroups()), nil)
-	}
-	pidx := make([]byte, footerStart-chunksEnd)
-	if _, err := r.ReadAt(pidx, chunksEnd); err != nil {
-		return nil, corruptSegment("page index", err)
-	}
-	if xxhash.Sum64(pidx) != x.PageIndexSum {
-		return nil, corruptSegment("page index checksum", nil)
-	}
-	// The page index is verified: serve it from memory from now on.
-	vr.pinned, vr.pinnedAt = pidx, chunksEnd
-	sr := &SegmentReader{x: x, f: f, vr: vr, rg: -1, starts: x.Table.RowStarts()}
-	var end int64
-	for i, g := range x.RowGroups {
-		if n := f.RowGroup(i).NumRows(); n != g.Rows || n > MaxRowGroupRows || n < 0 {
-			return nil, corruptSegment(fmt.Sprintf("row group %d has %d rows (index: %d, max %d)", i, n, g.Rows, MaxRowGroupRows), nil)
-		}
-		end += g.Rows
-		sr.rgEnd = append(sr.rgEnd, end)
-	}
-	if sr.starts[len(sr.starts)-1] != end {
-		return nil, corruptSegment(fmt.Sprintf("series table holds %d rows, the file %d", sr.starts[len(sr.starts)-1], end), nil)
-	}
-	if sr.cols, err = (&segmentFile{r: f}).columns(); err != nil {
-		return nil, err
-	}
-	if sr.paged, err = pagedColumnIndexes(md.Schema); err != nil {
-		return nil, err
-	}
-	return sr, nil
-}
-
-// checkLayout checks that the column chunks tile [4, end) in order and end
-// at or before footerStart, as openSegment does, and returns end.
-func checkLayout(md *metadata.FileMetaData, footerStart int64) (int64, error) {
-	next := int64(4)
-	for i := 0; i < md.NumRowGroups(); i++ {
-		rg := md.RowGroup(i)
-		for c := 0; c < rg.NumColumns(); c++ {
-			cc, err := rg.ColumnChunk(c)
-			if err != nil {
-				return 0, corruptSegment("column chunk metadata", err)
-			}
-			size, usize := cc.TotalCompressedSize(), cc.TotalUncompressedSize()
-			start := cc.DataPageOffset()
-			if cc.HasDictionaryPage() {
-				if d := cc.DictionaryPageOffset(); d < start {
-					start = d
-				} else {
-					start = -1
-				}
-			}
-			if start != next || size <= 0 || size > footerStart-next || cc.DataPageOffset() >= next+size ||
-				usize < 0 || usize > 256*size+1<<16 || cc.NumValues() != rg.NumRows() {
-				return 0, corruptSegment(fmt.Sprintf("row group %d column %d: chunk layout", i, c), nil)
-			}
-			next += size
-		}
-	}
-	return next, nil
+	return l.NewReader(r)
 }
 
 // Index returns the index the reader was opened with.
@@ -199,9 +101,6 @@ func (sr *SegmentReader) openRowGroup(g int) error {
 		return nil
 	}
 	sr.rg = g
-	if err := sr.vr.addPages(sr.f, g, sr.paged, sr.x.PageSums[g*len(PagedColumns):(g+1)*len(PagedColumns)]); err != nil {
-		return err
-	}
 	rg := sr.f.RowGroup(g)
 	var err error
 	if sr.ts, err = columnReader[*file.Int64ColumnChunkReader](rg, sr.cols.ts); err != nil {
@@ -295,14 +194,35 @@ func (sr *SegmentReader) decodeRows(row, n int64) error {
 	if rr.vals, rr.fdef, err = seekRead(sr.val, row, n, rr.vals, rr.fdef); err != nil {
 		return err
 	}
-	if rr.ints, rr.idef, err = seekRead(sr.ival, row, n, rr.ints, rr.idef); err != nil {
-		return err
-	}
-	if rr.divs, rr.ddef, err = seekRead(sr.div, row, n, rr.divs, rr.ddef); err != nil {
-		return err
-	}
-	if rr.ba, rr.hdef, err = seekRead(sr.hist, row, n, rr.ba, rr.hdef); err != nil {
-		return err
+	// A row holds exactly one kind of value: a float, an integer (with its
+	// divisor, null when 1) or a histogram. A column no row here can use
+	// is not read: its chunk lies further into the segment, and a read at
+	// an offset of a segment BLOB walks the overflow chain up to it
+	// (archive.SegmentBlob), so a float series' read stops at __value__
+	// instead of walking on to __hist__ near the end of the row group.
+	// decodeRows then sees those rows' definition levels as null.
+	if floats := countDefined(rr.fdef[:n]); floats < int(n) {
+		if rr.ints, rr.idef, err = seekRead(sr.ival, row, n, rr.ints, rr.idef); err != nil {
+			return err
+		}
+		if countDefined(rr.idef[:n]) > 0 {
+			if rr.divs, rr.ddef, err = seekRead(sr.div, row, n, rr.divs, rr.ddef); err != nil {
+				return err
+			}
+		} else {
+			rr.divs, rr.ddef = rr.divs[:0], nulls(rr.ddef, n)
+		}
+		if floats+countDefined(rr.idef[:n]) < int(n) {
+			if rr.ba, rr.hdef, err = seekRead(sr.hist, row, n, rr.ba, rr.hdef); err != nil {
+				return err
+			}
+		} else {
+			rr.ba, rr.hdef = rr.ba[:0], nulls(rr.hdef, n)
+		}
+	} else {
+		rr.ints, rr.idef = rr.ints[:0], nulls(rr.idef, n)
+		rr.divs, rr.ddef = rr.divs[:0], nulls(rr.ddef, n)
+		rr.ba, rr.hdef = rr.ba[:0], nulls(rr.hdef, n)
 	}
 	// Each row's position in the dense value slice of its kind.
 	sr.rowAt = grow(sr.rowAt, n)
@@ -384,6 +304,24 @@ func (sr *SegmentReader) emit(lo, hi int, mint, maxt int64, s *Series) error {
 	return nil
 }
 
+// countDefined counts the non-null entries of definition levels def.
+func countDefined(def []int16) int {
+	n := 0
+	for _, d := range def {
+		if d == 1 {
+			n++
+		}
+	}
+	return n
+}
+
+// nulls returns def grown to n and all null (level 0).
+func nulls(def []int16, n int64) []int16 {
+	def = grow(def, n)
+	clear(def)
+	return def
+}
+
 // seekRead reads rows [row, row+n) of a column chunk: the reader seeks
 // with the offset index, so it decodes from the page holding row on.
 func seekRead[V any, R interface {
@@ -403,125 +341,6 @@ func seekRead[V any, R interface {
 		}
 	}
 	return vals[:nv], def, err
-}
-
-// verifiedReader is the io.ReaderAt the Parquet reader of a SegmentReader
-// reads through. The bytes of a registered page are handed out only from a
-// copy whose checksum matched the index's; the page index region, checked
-// at open, from memory; anything else (the footer, pages of columns never
-// decoded) passes through.
-type verifiedReader struct {
-	r        io.ReaderAt
-	size     int64
-	pinned   []byte // the verified page index
-	pinnedAt int64
-	pages    []verifiedPage // sorted by off, disjoint
-	pos      int64          // for Seek
-}
-
-type verifiedPage struct {
-	off, end int64
-	sum      uint64
-	data     []byte // nil until read and verified
-}
-
-// addPages registers the pages of row group g's paged columns (cols, their
-// checksums sums) from the offset index.
-func (v *verifiedReader) addPages(f *file.Reader, g int, cols []int, sums [][]uint64) error {
-	rgi, err := f.GetPageIndexReader().RowGroup(g)
-	if err != nil || rgi == nil {
-		return corruptSegment(fmt.Sprintf("row group %d has no page index", g), err)
-	}
-	for k, c := range cols {
-		oi, err := rgi.GetOffsetIndex(c)
-		if err != nil || oi == nil {
-			return corruptSegment(fmt.Sprintf("row group %d column %d has no offset index", g, c), err)
-		}
-		locs := oi.GetPageLocations()
-		if len(locs) != len(sums[k]) {
-			return corruptSegment(fmt.Sprintf("row group %d column %d: %d pages, %d checksums", g, c, len(locs), len(sums[k])), nil)
-		}
-		for i, loc := range locs {
-			end := loc.Offset + int64(loc.CompressedPageSize)
-			if loc.Offset < 4 || end > v.size || end <= loc.Offset {
-				return corruptSegment(fmt.Sprintf("page location %d+%d out of range", loc.Offset, loc.CompressedPageSize), nil)
-			}
-			v.pages = append(v.pages, verifiedPage{off: loc.Offset, end: end, sum: sums[k][i]})
-		}
-	}
-	slices.SortFunc(v.pages, func(a, b verifiedPage) int { return int(a.off - b.off) })
-	v.pages = slices.CompactFunc(v.pages, func(a, b verifiedPage) bool { return a.off == b.off && a.end == b.end })
-	for i := 1; i < len(v.pages); i++ {
-		if v.pages[i].off < v.pages[i-1].end {
-			return corruptSegment("overlapping pages", nil)
-		}
-	}
-	return nil
-}
-
-// Seek is what the Parquet reader asks of a source besides ReadAt: where
-// it ends.
-func (v *verifiedReader) Seek(offset int64, whence int) (int64, error) {
-	switch whence {
-	case io.SeekStart:
-		v.pos = offset
-	case io.SeekCurrent:
-		v.pos += offset
-	case io.SeekEnd:
-		v.pos = v.size + offset
-	}
-	if v.pos < 0 {
-		return 0, fmt.Errorf("promsample: seek to %d", v.pos)
-	}
-	return v.pos, nil
-}
-
-func (v *verifiedReader) ReadAt(p []byte, off int64) (int, error) {
-	if off < 0 || off >= v.size {
-		return 0, io.EOF
-	}
-	n := 0
-	for n < len(p) {
-		at := off + int64(n)
-		if at >= v.size {
-			return n, io.EOF
-		}
-		if v.pinned != nil && at >= v.pinnedAt && at < v.pinnedAt+int64(len(v.pinned)) {
-			n += copy(p[n:], v.pinned[at-v.pinnedAt:])
-			continue
-		}
-		k := sort.Search(len(v.pages), func(i int) bool { return v.pages[i].end > at })
-		if k < len(v.pages) && v.pages[k].off <= at {
-			pg := &v.pages[k]
-			if pg.data == nil {
-				b := make([]byte, pg.end-pg.off)
-				if _, err := v.r.ReadAt(b, pg.off); err != nil {
-					return n, err
-				}
-				if xxhash.Sum64(b) != pg.sum {
-					return n, corruptSegment(fmt.Sprintf("page at %d: checksum", pg.off), nil)
-				}
-				pg.data = b
-			}
-			n += copy(p[n:], pg.data[at-pg.off:])
-			continue
-		}
-		// Up to the next registered page or the pinned region.
-		stop := off + int64(len(p))
-		if k < len(v.pages) && v.pages[k].off < stop {
-			stop = v.pages[k].off
-		}
-		if v.pinned != nil && v.pinnedAt > at && v.pinnedAt < stop {
-			stop = v.pinnedAt
-		}
-		stop = min(stop, v.size)
-		m, err := v.r.ReadAt(p[n:n+int(stop-at)], at)
-		n += m
-		if err != nil && !(err == io.EOF && n == len(p)) {
-			return n, err
-		}
-	}
-	return n, nil
 }
 
 // segment is in memory.

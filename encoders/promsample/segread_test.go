@@ -3,6 +3,7 @@ package promsample
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"math"
 	"math/rand/v2"
@@ -215,6 +216,131 @@ func TestReadRunMatchesReadSeries(t *testing.T) {
 		}
 		if seen != len(ords) {
 			t.Fatalf("seed %d: ReadRun reported %d of %d series", seed, seen, len(ords))
+		}
+	}
+}
+
+// furthestReaderAt records the furthest byte read through it.
+type furthestReaderAt struct {
+	r   io.ReaderAt
+	end atomic.Int64
+}
+
+func (f *furthestReaderAt) ReadAt(p []byte, off int64) (int, error) {
+	n, err := f.r.ReadAt(p, off)
+	for {
+		cur := f.end.Load()
+		if off+int64(n) <= cur || f.end.CompareAndSwap(cur, off+int64(n)) {
+			break
+		}
+	}
+	return n, err
+}
+
+// One layout serves readers on several goroutines at once (promql-read
+// shares one per segment), each reading what ReadSegment reads.
+func TestSegmentLayoutServesConcurrentReaders(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	seg, x := encodeFor(t, &Encoder{Opts: Options{RowGroupRows: 16}}, randBatches(r, 60))
+	l, err := OpenSegmentLayout(bytes.NewReader(seg.Bytes), int64(len(seg.Bytes)), x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := ReadSegment(seg.Bytes, Query{MinT: math.MinInt64, MaxT: math.MaxInt64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wantNoEx []Series
+	for _, s := range want {
+		s.Exemplars = nil
+		if len(s.Samples)+len(s.Histograms) > 0 {
+			wantNoEx = append(wantNoEx, s)
+		}
+	}
+	errs := make(chan error, 4)
+	for range 4 {
+		go func() {
+			sr, err := l.NewReader(bytes.NewReader(seg.Bytes))
+			if err != nil {
+				errs <- err
+				return
+			}
+			var sb labels.ScratchBuilder
+			var got []Series
+			for i := 0; i < x.Table.Len(); i++ {
+				s := Series{Labels: x.Table.Labels(i, &sb)}
+				if err := sr.ReadSeries(i, math.MinInt64, math.MaxInt64, &s); err != nil {
+					errs <- err
+					return
+				}
+				if len(s.Samples)+len(s.Histograms) > 0 {
+					got = append(got, s)
+				}
+			}
+			if d := diffSeries(got, wantNoEx); d != "" {
+				errs <- errors.New(d)
+				return
+			}
+			errs <- nil
+		}()
+	}
+	for range 4 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// A read of float series stops at the __value__ column: the integer,
+// divisor and histogram columns that follow it in the file are not read,
+// since in a segment BLOB every byte further on costs a longer walk of its
+// page chain.
+func TestSegmentReaderSkipsColumnsTheRowsDoNotUse(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 10))
+	var b Batch
+	for i := range 3000 {
+		s := Series{Labels: labels.FromStrings("__name__", "m", "id", fmt.Sprint(i))}
+		for k := range 20 {
+			s.Samples = append(s.Samples, Sample{T: int64(k) * 15000, V: r.Float64()}) // full-precision floats: the float path
+		}
+		b.Series = append(b.Series, s)
+	}
+	seg, x := encodeFor(t, &Encoder{}, []Batch{b})
+	l, err := OpenSegmentLayout(bytes.NewReader(seg.Bytes), int64(len(seg.Bytes)), x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Where __int__ begins in the row group holding row.
+	intStart := func(row int64) int64 {
+		g := 0
+		for l.rgEnd[g] <= row {
+			g++
+		}
+		cc, err := l.md.RowGroup(g).ColumnChunk(l.md.Schema.ColumnIndexByName(ColInt))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cc.HasDictionaryPage() {
+			return min(cc.DataPageOffset(), cc.DictionaryPageOffset())
+		}
+		return cc.DataPageOffset()
+	}
+	for _, i := range []int{0, x.Table.Len() / 2, x.Table.Len() - 1} {
+		fr := &furthestReaderAt{r: bytes.NewReader(seg.Bytes)}
+		sr, err := l.NewReader(fr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var s Series
+		if err := sr.ReadSeries(i, math.MinInt64, math.MaxInt64, &s); err != nil {
+			t.Fatal(err)
+		}
+		if len(s.Samples) != 20 {
+			t.Fatalf("series %d: %d samples, want 20", i, len(s.Samples))
+		}
+		start := intStart(l.starts[i])
+		if got := fr.end.Load(); got > start {
+			t.Errorf("series %d: read up to byte %d, past the start of %s at %d (segment %d bytes)", i, got, ColInt, start, len(seg.Bytes))
 		}
 	}
 }
