@@ -23,8 +23,8 @@ type segmentID struct {
 	size    int64
 }
 
-// cacheKey is one cached thing about a segment: its directory, or its
-// metadata (metric names the metric).
+// cacheKey is one cached thing about a segment: its directory, its layout,
+// or its metadata (metric names the metric).
 type cacheKey struct {
 	seg    segmentID
 	kind   uint8
@@ -34,6 +34,7 @@ type cacheKey struct {
 const (
 	kindDir uint8 = iota // a segment's directory (segdir.go)
 	kindMetadata
+	kindLayout // a segment's promsample.SegmentLayout
 )
 
 // cache is a byte-bounded LRU of immutable values. Values are shared by

@@ -46,6 +46,23 @@ func (s *store) dir(tx *archive.ReadTx, id segmentID) (d *segDir, ok bool, err e
 	return d, x.Table != nil, nil
 }
 
+// layout returns a segment's layout (its footer, page index and row
+// starts), from the cache or read through blob. Reading it walks the
+// segment's whole overflow chain, since the footer is at its end; with it
+// cached, a read walks only as far as the pages it decodes.
+func (s *store) layout(id segmentID, d *segDir, blob *archive.SegmentBlob) (*promsample.SegmentLayout, error) {
+	k := cacheKey{seg: id, kind: kindLayout}
+	if v, hit := s.cache.get(k); hit {
+		return v.(*promsample.SegmentLayout), nil
+	}
+	l, err := promsample.OpenSegmentLayout(blob, blob.Size(), d.x)
+	if err != nil {
+		return nil, err
+	}
+	s.cache.put(k, l, l.Bytes())
+	return l, nil
+}
+
 func newSegDir(x *promsample.Index) *segDir {
 	d := &segDir{x: x, bytes: 256}
 	if x.Table == nil {
@@ -180,7 +197,11 @@ func (s *store) readSegment(tx *archive.ReadTx, id segmentID, refs []seriesindex
 	if !found {
 		return fmt.Errorf("segment %d listed but absent", id.seq)
 	}
-	sr, err := promsample.NewSegmentReader(blob, blob.Size(), d.x)
+	l, err := s.layout(id, d, blob)
+	if err != nil {
+		return fmt.Errorf("segment %d: %w", id.seq, err)
+	}
+	sr, err := l.NewReader(blob)
 	if err != nil {
 		return fmt.Errorf("segment %d: %w", id.seq, err)
 	}
