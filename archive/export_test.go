@@ -31,3 +31,11 @@ func ExecForTest(tx *WriteTx, stmt string) error {
 	_, err := tx.exec("test", stmt)
 	return err
 }
+
+// WALFramesForTest runs a PASSIVE checkpoint on h's connection and returns
+// the frames the sidecar holds.
+func WALFramesForTest(h *WriteHandle) (int64, error) {
+	var busy, log, done int64
+	err := h.conn.QueryRowContext(context.Background(), "PRAGMA wal_checkpoint(PASSIVE)").Scan(&busy, &log, &done)
+	return log, err
+}

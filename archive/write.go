@@ -103,11 +103,82 @@ func (tx *WriteTx) InsertSource(spec SourceSpec, uuid string) (SourceID, string,
 	return SourceID(id), uuid, err
 }
 
-// InsertSegment records a segment at seq.
+// InsertSegment records a segment at seq, its BLOB in one run of pages
+// (placeContiguously).
 func (tx *WriteTx) InsertSegment(source SourceID, stream string, seq int64, seg *Segment) error {
-	_, err := tx.exec("insert segment", `INSERT INTO segments (source_id, stream, seq, rows, first_ts, last_ts, bytes, caller_index)
-		VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)`, source, stream, seq, seg.Rows, seg.FirstTS, seg.LastTS, nonNilBytes(seg.Bytes), seg.Index)
+	placed, err := tx.placeContiguously(source, stream, len(seg.Bytes))
+	if err != nil {
+		return err
+	}
+	if _, err := tx.exec("insert segment", `INSERT INTO segments (source_id, stream, seq, rows, first_ts, last_ts, bytes, caller_index)
+		VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)`, source, stream, seq, seg.Rows, seg.FirstTS, seg.LastTS, nonNilBytes(seg.Bytes), seg.Index); err != nil {
+		return err
+	}
+	if placed {
+		_, err = tx.exec("insert segment: free the placeholder", `DELETE FROM segments WHERE source_id = ?1 AND stream = ?2 AND seq = ?3`,
+			source, stream, placeholderSeq)
+	}
 	return err
+}
+
+// Where a segment's pages go.
+//
+// A BLOB larger than a page is a chain of overflow pages, and a read at
+// offset X of it (SegmentBlob) follows the chain from its start: for each
+// page, SQLite guesses that the next one is the page after it and checks
+// the guess in the auto-vacuum pointer map (~0.15 µs a page, measured on
+// an archive of 1 M series), and only when the guess is wrong reads the
+// page itself to learn where the chain goes (~3 µs a page: a pread and a
+// page-cache slot). So a segment whose pages are consecutive reads ~20x
+// faster than one whose pages are scattered.
+//
+// SQLite takes a new page from the free list when there is one (the page
+// nearest the previous, among the most recently freed) and from the end of
+// the file otherwise. The free list is mostly the pages of pruned wal rows,
+// a few pages each, interleaved with other streams' rows still live: a
+// segment written into them came out with 27% of its links broken
+// (measured with dbstat on a 1 M-series load; 62% after a clean stop's
+// reclaim). So before a large segment is inserted, a placeholder row of
+// zeros takes every free page, the segment goes to the end of the file in
+// one run, and the placeholder is deleted in the same transaction: the
+// free pages are free again, for the wal rows that do not care where they
+// lie, and nobody ever sees the placeholder.
+//
+// The cost is the placeholder's pages, written once more (a page a
+// transaction dirtied is written at its commit). Segments no longer eat
+// the free list, so wal rows do, and it stays short: on a 1 M-series load
+// it held ~200 pages at a seal against ~1,050 of the segment (without
+// placement: ~1,280, the segment taking them). The placeholder is skipped
+// when the free list holds more than twice the pages the segment needs, so
+// a seal writes at most three times its segment (after an eviction or
+// compaction freed whole segments the free pages come in long runs, which
+// a segment written into them mostly keeps), and for small segments.
+const (
+	placeholderSeq      = math.MinInt64 // never a segment's seq
+	placeholderMinBytes = 64 << 10
+)
+
+// placeContiguously inserts the placeholder before a segment of size
+// bytes of source's stream when the free list would scatter it, and says
+// whether it did.
+func (tx *WriteTx) placeContiguously(source SourceID, stream string, size int) (bool, error) {
+	if size < placeholderMinBytes {
+		return false, nil
+	}
+	pageSize, err := pragmaInt(tx.ctx, tx.q, "page_size")
+	if err != nil {
+		return false, err
+	}
+	free, err := pragmaInt(tx.ctx, tx.q, "freelist_count")
+	if err != nil || free == 0 || free > 2*int64(size)/(pageSize-4) {
+		return false, err
+	}
+	// An overflow page holds pageSize-4 bytes; the row's first bytes sit in
+	// its B-tree leaf. About right is enough: a page too few leaves one
+	// free page for the segment, one too many extends the file by a page.
+	_, err = tx.exec("insert segment: placeholder", `INSERT INTO segments (source_id, stream, seq, rows, first_ts, last_ts, bytes)
+		VALUES (?1, ?2, ?3, 0, 0, 0, zeroblob(?4))`, source, stream, placeholderSeq, free*(pageSize-4))
+	return err == nil, err
 }
 
 // nonNilBytes keeps an empty BLOB from binding as NULL (bytes is NOT NULL).
