@@ -70,6 +70,14 @@ func latencyQueries(d Dataset) []latencyQuery {
 			check: wantMatrix(1),
 		},
 		{
+			// A selective selector on a label other than instance: the
+			// one temperature series of this id on every instance.
+			name: fmt.Sprintf(`query_range temperature_celsius{id="%d"}, 1 h`, id), api: "/api/v1/query_range",
+			params: url.Values{"query": {fmt.Sprintf(`temperature_celsius{id="%d"}`, id)},
+				"start": {sec(start)}, "end": {sec(end)}, "step": {"15"}},
+			check: wantMatrix(wantTemp),
+		},
+		{
 			name: `query count(queue_depth{zone="zone-2"})`, api: "/api/v1/query",
 			params: url.Values{"query": {`count(queue_depth{zone="zone-2"})`}, "time": {sec(end)}},
 			check:  wantScalarVector(float64(wantZone)),

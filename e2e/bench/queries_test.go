@@ -78,8 +78,8 @@ func TestMeasureReads(t *testing.T) {
 			}
 		}
 	}
-	if len(asked["/api/v1/query_range"]) != 2 {
-		t.Errorf("query_range asked %d times, want once for each of 2 queries (a failed first ask is not repeated)", len(asked["/api/v1/query_range"]))
+	if len(asked["/api/v1/query_range"]) != 3 {
+		t.Errorf("query_range asked %d times, want once for each of 3 queries (a failed first ask is not repeated)", len(asked["/api/v1/query_range"]))
 	}
 
 	// Against the honest fake with the data written, the raw reads pass
