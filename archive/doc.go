@@ -63,7 +63,15 @@
 // io.ReaderAt over the BLOB through SQLite's incremental BLOB I/O, valid
 // for the snapshot, so a reader of a few series fetches only their pages,
 // not the segment. The catalog's caller_index (SegmentIndex) lets it plan
-// without touching the BLOB at all.
+// without touching the BLOB at all. A read at offset X walks the BLOB's
+// page chain up to X, cheaply where the pages are consecutive (the
+// pointer map confirms the next one) and ~20x slower where they are not,
+// so InsertSegment places a large segment in one run of pages at the end
+// of the file rather than in the scattered free list (write.go, "Where a
+// segment's pages go"). A reclaim (incremental_vacuum) moves the file's
+// last pages into free ones and scatters them again; the clean stop's
+// reclaim does, so the segments written last before a restart read
+// slower than those written after it.
 //
 // Ordering with the writer: AppendQueued returns once the writer's channel
 // took a tick, before its commit, so a caller can order its own next

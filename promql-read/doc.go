@@ -36,7 +36,9 @@
 // io.ReaderAt, promsample.SegmentReader): the series are found in its
 // directory (segdir.go: the table's row counts and page sums, and the
 // series' hashes sorted) and only their pages are decoded, each checked
-// against its sum. A segment from before index format 2 is read whole.
+// against its sum; the segment's layout (footer, page index, row starts)
+// is cached beside the directory, so a question does not walk to the end
+// of the BLOB for it. A segment from before index format 2 is read whole.
 // The live tail above the sealed watermark (tail.go) is decoded once, row
 // by row as rows arrive, into per-series packed samples (delta-of-delta
 // timestamps, XOR values, bit-exact), and a Select takes just its series.

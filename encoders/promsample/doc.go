@@ -117,8 +117,11 @@
 // whose metric names and time span (from the footer's Index) can match,
 // the label columns of those, and the value columns only when a series
 // there matched. SegmentReader (segread.go) reads chosen series through an
-// io.ReaderAt (an archive BLOB, read in place) with a format-2 index:
-// footer, page index and those series' pages, nothing else. ReadRows gives
+// io.ReaderAt (an archive BLOB, read in place) with a format-2 index and
+// the segment's SegmentLayout (seglayout.go: footer, page index and row
+// starts, read once and shareable, so a caller that keeps it reads only
+// those series' pages, and of the value columns only the ones their rows
+// use). ReadRows gives
 // the same answer as ReadSegment from live wal rows without building
 // Parquet (the live tail), through the same canonicalization.
 // ReadSegmentMetadata / ReadRowsMetadata return metadata; ParseIndex and
