@@ -194,6 +194,8 @@ type Writer struct {
 	dropped map[SourceID]int64 // rows dropped out of order, per source
 
 	stats writerCounters
+
+	staged stagedMetadata // metadata patches riding on the next commit (writer_staged.go)
 }
 
 // WriterStats are the writer's cumulative counters.
