@@ -64,6 +64,9 @@ type IngestOptions struct {
 	// next series), as Prometheus's head drops idle series; its data stays
 	// readable. 0 means DefaultIdleTimeout, negative never.
 	IdleTimeout time.Duration
+	// Floors keep retention and compaction off what a forwarder still
+	// needs (floors.go); the zero value keeps nothing.
+	Floors Floors
 	// Now is the clock; nil means time.Now.
 	Now    func() time.Time
 	Logger *slog.Logger
@@ -709,7 +712,7 @@ func (in *Ingester) EnforceRetention(ctx context.Context) error {
 	if in.opts.Retention > 0 {
 		cutoff := in.opts.Now().Add(-in.opts.Retention).UnixNano()
 		for _, id := range ids {
-			if _, err := in.opts.Writer.EvictBefore(ctx, id, cutoff); err != nil {
+			if _, err := in.opts.Writer.EvictBefore(ctx, id, in.retentionCutoff(id, cutoff)); err != nil {
 				return err
 			}
 		}
@@ -761,6 +764,7 @@ func (in *Ingester) EnforceRetention(ctx context.Context) error {
 	}
 	in.log.Info("size retention: evicting the oldest segments", "cutoff_ns", cutoff, "archive_bytes", size, "limit", in.opts.RetentionBytes)
 	for _, id := range ids {
+		in.evicting(ctx, id, cutoff)
 		if _, err := in.opts.Writer.EvictBefore(ctx, id, cutoff); err != nil {
 			return err
 		}
@@ -782,11 +786,11 @@ func (in *Ingester) Compact(ctx context.Context) error {
 				return err
 			}
 			for _, st := range streams {
-				n, _, err := tx.SegmentSpan(id, st)
+				n, span, err := tx.SegmentSpan(id, st)
 				if err != nil {
 					return err
 				}
-				if n >= compactMinSegs {
+				if n >= compactMinSegs && in.mayCompact(id, st, span.LastTS) {
 					todo = append(todo, streamKey{id, st})
 				}
 			}
