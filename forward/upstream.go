@@ -1,0 +1,845 @@
+package forward
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"math"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/prometheus/model/labels"
+	"golang.org/x/time/rate"
+
+	"github.com/dendro-receiver/dendro-receiver/archive"
+	"github.com/dendro-receiver/dendro-receiver/encoders/promsample"
+)
+
+// One upstream: a loop goroutine that reads the archive and dispatches,
+// and its shards, which batch and send. The loop owns every piece of
+// reading, dispatch and cursor state (see doc.go); shards own their
+// batches and report back which pieces are finished.
+
+type streamKey struct {
+	source archive.SourceID
+	stream string
+}
+
+// streamState is one (source, stream) as an upstream's loop reads it.
+type streamState struct {
+	key streamKey
+
+	// Acknowledged: every unit with last <= done is complete; open are the
+	// units dispatched (wholly or partly) and not complete, in order.
+	done int64
+	open []*unit
+
+	// Reading: every unit with last <= readDone has been read. rows are
+	// wal rows read ahead (by ts); those at or below readDone are read
+	// again only for the series their epoch anchors (a restart inside an
+	// epoch). epoch is the open epoch the rows read so far are in.
+	readDone int64
+	rows     []archive.Row
+	epoch    *epochTable
+	// released: the stream fell so far behind that it let go of the rows
+	// it held from the prune; rows at or below the sealed watermark are
+	// not read as rows until it reaches the live tail again.
+	released  bool
+	watermark int64 // the sealed watermark at the last plan
+	sealed    bool
+	// next is the planned next unit; nil: plan again (not before
+	// plannedAt + PollInterval when the last plan found nothing).
+	next      *candidate
+	plannedAt time.Time
+	idle      bool
+
+	// Resuming from a cursor: until the first unit past its h.
+	resume *resumeState
+	// anchorsFrom: read rows from this ts (the cursor's e).
+	anchorsFrom    int64
+	hasAnchorsFrom bool
+	retriedLive    bool
+
+	// Written ahead: hCommitted is on disk; hWant is staged.
+	hCommitted, hWant pos
+}
+
+type resumeState struct {
+	p, h   pos
+	e      int64 // the cursor's e, when hasE
+	hasE   bool
+	warned bool
+}
+
+type candKind int8
+
+const (
+	candRows candKind = iota + 1
+	candSegment
+)
+
+type candidate struct {
+	kind  candKind
+	seg   archive.StreamSegment
+	order int64 // receipt ts of the first row it would send
+}
+
+// piece is a run of one series' items in one unit: what a shard batches.
+// Its data may be a filtered copy of the unit's.
+type piece struct {
+	u          *unit
+	idx        int32 // in u.pieces
+	s          *seriesState
+	meta       *promsample.Metadata
+	samples    []promsample.Sample
+	histograms []promsample.Histogram
+	exemplars  []promsample.Exemplar
+	resent     bool // may have reached the upstream before a restart
+}
+
+func (p *piece) items() int { return len(p.samples) + len(p.histograms) + len(p.exemplars) }
+
+type evictReq struct {
+	source archive.SourceID
+	cutoff int64
+	reply  chan int64 // capacity 1
+}
+
+type upstream struct {
+	f       *Forwarder
+	cfg     Upstream
+	log     *slog.Logger
+	client  *http.Client
+	proto   atomic.Int32 // the Protocol currently sent
+	limiter *rate.Limiter
+	shards  []*shard
+	window  int64
+
+	done   chan []*piece // finished pieces, from shards
+	ctrl   chan evictReq
+	stop   chan struct{}
+	exited chan struct{}
+	ctx    context.Context // canceled at stop: in-flight requests end
+	cancel context.CancelFunc
+
+	stats  counters
+	floors atomic.Pointer[floorMap]
+
+	// The loop's alone.
+	streams     map[streamKey]*streamState
+	dirty       map[archive.SourceID]bool // sources whose cursor changed since staged
+	series      *seriesTable
+	meta        map[string]*promsample.Metadata
+	rows        rowDecoder
+	inflight    int64
+	timer       *time.Timer
+	lastStage   time.Time
+	lastMaint   time.Time
+	lastPending time.Time
+	lastDisc    time.Time
+	discAt      int64 // receipt ts (Unix ns) of the last discovery
+	lastForget  time.Time
+	warnedAt    map[string]time.Time
+	perRow      float64 // items per wal row seen, for the pending estimate
+
+	warnMu     sync.Mutex // the shards' warnShared
+	warnShards map[string]time.Time
+}
+
+func newUpstream(f *Forwarder, cfg Upstream, client *http.Client) *upstream {
+	u := &upstream{f: f, cfg: cfg, client: client, log: f.opts.Logger.With("upstream", cfg.Name),
+		window: cfg.window(), done: make(chan []*piece, 2*cfg.Queue.Shards), ctrl: make(chan evictReq),
+		stop: make(chan struct{}), exited: make(chan struct{}),
+		streams: map[streamKey]*streamState{}, dirty: map[archive.SourceID]bool{},
+		series: newSeriesTable(cfg.Queue.Shards), meta: map[string]*promsample.Metadata{},
+		warnedAt: map[string]time.Time{}, perRow: 1, warnShards: map[string]time.Time{}}
+	u.ctx, u.cancel = context.WithCancel(context.Background())
+	u.proto.Store(int32(cfg.Protocol))
+	if cfg.MaxSamplesPerSecond > 0 {
+		burst := max(int(cfg.MaxSamplesPerSecond), cfg.Queue.MaxSamplesPerSend)
+		u.limiter = rate.NewLimiter(rate.Limit(cfg.MaxSamplesPerSecond), burst)
+	}
+	u.stats.dropped = map[string]int64{}
+	for i := range cfg.Queue.Shards {
+		u.shards = append(u.shards, newShard(u, i))
+	}
+	u.floors.Store(&floorMap{loading: true})
+	return u
+}
+
+func (u *upstream) now() time.Time { return u.f.opts.Now() }
+
+func (u *upstream) stopping() bool {
+	select {
+	case <-u.stop:
+		return true
+	default:
+		return false
+	}
+}
+
+// run is the loop: read the next unit, dispatch it, repeat; when there is
+// nothing to read, flush the shards and wait PollInterval.
+func (u *upstream) run() {
+	defer close(u.exited)
+	u.timer = time.NewTimer(time.Hour)
+	u.timer.Stop()
+	shardsDone := make(chan struct{}, len(u.shards))
+	for _, s := range u.shards {
+		go func() { s.run(); shardsDone <- struct{}{} }()
+	}
+	defer u.shutdown(shardsDone)
+	u.discover()
+	for !u.stopping() {
+		u.housekeeping()
+		un, err := u.nextUnit()
+		if err != nil {
+			u.warn("read", "reading the archive failed; retrying", "err", err)
+			if !u.idleFor(u.f.opts.PollInterval) {
+				return
+			}
+			continue
+		}
+		if un == nil {
+			u.flushShards()
+			if !u.idleFor(u.f.opts.PollInterval) {
+				return
+			}
+			continue
+		}
+		if !u.dispatch(un) {
+			return
+		}
+	}
+}
+
+// shutdown stops the shards (their requests in flight are abandoned: not
+// acknowledged, so sent again by the next process), takes what they
+// finished, and commits the cursor.
+func (u *upstream) shutdown(shardsDone chan struct{}) {
+	u.cancel()
+	for left := len(u.shards); left > 0; {
+		select {
+		case ps := <-u.done:
+			u.completed(ps)
+		case <-shardsDone:
+			left--
+		}
+	}
+	for {
+		select {
+		case ps := <-u.done:
+			u.completed(ps)
+			continue
+		default:
+		}
+		break
+	}
+	var gens []uint64
+	for src := range u.sourcesWithState() {
+		gens = append(gens, u.stageSource(src))
+	}
+	if len(gens) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := u.f.w.FlushStaged(ctx); err == nil {
+		err = u.f.w.Sync(ctx)
+		if err == nil && u.f.w.StagedCommitted() < slices.Max(gens) {
+			err = errors.New("the writer did not commit it")
+		}
+		if err != nil {
+			u.log.Warn("the final cursor was not committed; the next start sends the last batches again", "err", err)
+		}
+	}
+}
+
+func (u *upstream) sourcesWithState() map[archive.SourceID]bool {
+	out := map[archive.SourceID]bool{}
+	for k, st := range u.streams {
+		if st.done != math.MinInt64 || len(st.open) > 0 || st.hWant != start {
+			out[k.source] = true
+		}
+	}
+	return out
+}
+
+// idleFor handles events for d; false when the upstream stops.
+func (u *upstream) idleFor(d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return true
+		}
+		if !u.event(left) {
+			return false
+		}
+	}
+}
+
+// waitFor handles events until cond holds; false when the upstream stops.
+func (u *upstream) waitFor(cond func() bool, poll time.Duration) bool {
+	for !cond() {
+		if !u.event(poll) {
+			return false
+		}
+	}
+	return true
+}
+
+// event waits up to d for one event and handles it; false when stopping.
+func (u *upstream) event(d time.Duration) bool {
+	u.timer.Reset(min(d, time.Second))
+	defer u.timer.Stop()
+	select {
+	case <-u.stop:
+		return false
+	case ps := <-u.done:
+		u.completed(ps)
+	case r := <-u.ctrl:
+		u.control(r)
+	case <-u.timer.C:
+	}
+	u.housekeeping()
+	return true
+}
+
+// housekeeping is the periodic work: stage changed cursors, maintenance.
+func (u *upstream) housekeeping() {
+	now := time.Now()
+	if len(u.dirty) > 0 && now.Sub(u.lastStage) >= u.f.opts.CursorInterval {
+		u.lastStage = now
+		for src := range u.dirty {
+			u.stageSource(src)
+		}
+	}
+	if now.Sub(u.lastMaint) >= time.Second {
+		u.lastMaint = now
+		u.maintain()
+	}
+}
+
+// ---- reading ----
+
+// Bounds of one read of rows.
+const (
+	rowChunk      = 512
+	rowChunkBytes = 8 << 20
+)
+
+// nextUnit returns the next unit to dispatch: of the streams' next units
+// the one received first (streams go forward together by receipt time,
+// so an upstream's notion of "now" moves with all of them), or nil when
+// there is nothing to read.
+func (u *upstream) nextUnit() (*unit, error) {
+	for {
+		if err := u.planStreams(); err != nil {
+			return nil, err
+		}
+		var best *streamState
+		for _, st := range u.streams {
+			if st.next == nil {
+				continue
+			}
+			if best == nil || st.next.order < best.next.order ||
+				(st.next.order == best.next.order && lessKey(st.key, best.key)) {
+				best = st
+			}
+		}
+		if best == nil {
+			return nil, nil
+		}
+		un, err := u.openUnit(best)
+		if err != nil || un != nil {
+			return un, err
+		}
+		// The candidate vanished or was only anchors: plan again.
+	}
+}
+
+func lessKey(a, b streamKey) bool {
+	if a.source != b.source {
+		return a.source < b.source
+	}
+	return a.stream < b.stream
+}
+
+// planStreams plans, in one snapshot, every stream without a candidate
+// (a stream that had nothing is asked again after PollInterval).
+func (u *upstream) planStreams() error {
+	now := time.Now()
+	var todo []*streamState
+	for _, st := range u.streams {
+		if st.next == nil && (!st.idle || now.Sub(st.plannedAt) >= u.f.opts.PollInterval) {
+			todo = append(todo, st)
+		}
+	}
+	if len(todo) == 0 {
+		return nil
+	}
+	return u.f.r.View(u.ctx, func(tx *archive.ReadTx) error {
+		for _, st := range todo {
+			if err := u.plan(tx, st); err != nil {
+				return err
+			}
+			st.plannedAt = now
+		}
+		return nil
+	})
+}
+
+// plan decides a stream's next unit (see doc.go, "Reading order").
+func (u *upstream) plan(tx *archive.ReadTx, st *streamState) error {
+	src, name := st.key.source, st.key.stream
+	segs, err := tx.StreamSegmentsAfter(src, name, st.readDone, 1)
+	if err != nil {
+		return err
+	}
+	if st.watermark, st.sealed, err = tx.SealedWatermark(src, name); err != nil {
+		return err
+	}
+	st.idle = false
+	if len(segs) == 1 && segs[0].FirstTS > st.readDone {
+		// A whole segment ahead: read it as a segment. Any rows it holds
+		// (shadowed) are the same data; rows of an epoch before it are
+		// closed with it.
+		st.next, st.rows, st.hasAnchorsFrom = &candidate{kind: candSegment, seg: segs[0], order: segs[0].FirstTS}, nil, false
+		return nil
+	}
+	straddle := len(segs) == 1 // the segment holds rows up to and after readDone
+	if !straddle {
+		st.released = false // the live tail: rows above the watermark are never pruned
+	}
+	if straddle && st.released {
+		st.next, st.rows = &candidate{kind: candSegment, seg: segs[0], order: st.readDone + 1}, nil
+		return nil
+	}
+	from := st.readDone + 1
+	if st.readDone == math.MaxInt64 {
+		return nil
+	}
+	if st.hasAnchorsFrom && st.anchorsFrom < from {
+		from = st.anchorsFrom
+	}
+	if straddle {
+		// Its rows are read as rows only if every one of them is still
+		// there (held from the prune); otherwise the segment is read, and
+		// the dispatch filter holds back what was already sent.
+		n, err := tx.WALCountBetween(src, name, segs[0].FirstTS, segs[0].LastTS)
+		if err != nil {
+			return err
+		}
+		if n != segs[0].Rows {
+			st.next, st.rows = &candidate{kind: candSegment, seg: segs[0], order: st.readDone + 1}, nil
+			return nil
+		}
+	}
+	rows, err := tx.WALFrom(src, name, from, rowChunk, rowChunkBytes)
+	if err != nil {
+		return err
+	}
+	st.rows = rows
+	for _, r := range rows {
+		if r.TS > st.readDone {
+			st.next = &candidate{kind: candRows, order: r.TS}
+			return nil
+		}
+	}
+	if len(rows) > 0 {
+		// Only anchors (rows up to readDone): read them, then plan again.
+		st.next = &candidate{kind: candRows, order: st.readDone + 1}
+		return nil
+	}
+	st.rows, st.hasAnchorsFrom, st.idle = nil, false, true
+	return nil
+}
+
+// openUnit turns a stream's candidate into a unit, or returns nil when the
+// candidate turned out to be nothing to dispatch (the caller plans again).
+func (u *upstream) openUnit(st *streamState) (*unit, error) {
+	c := st.next
+	switch c.kind {
+	case candSegment:
+		st.next = nil
+		return u.openSegment(st, c.seg)
+	case candRows:
+		for len(st.rows) > 0 {
+			r := st.rows[0]
+			st.rows = st.rows[1:]
+			un, err := u.decodeRow(st, r)
+			if errors.Is(err, errMissingAnchors) {
+				u.missingAnchors(st, r.TS, err)
+				return nil, nil
+			}
+			if err != nil {
+				return nil, err
+			}
+			if r.TS <= st.readDone {
+				// Read again for its anchors: its items were acknowledged
+				// before the restart; they only set the dispatch filter.
+				u.skipItems(un, un.items)
+				st.anchorsFrom = r.TS + 1
+				st.hasAnchorsFrom = st.anchorsFrom <= st.readDone
+				continue
+			}
+			if len(st.rows) == 0 {
+				st.next = nil
+			} else {
+				st.next.order = st.rows[0].TS
+			}
+			st.hasAnchorsFrom = false
+			return un, nil
+		}
+		st.next = nil
+		return nil, nil
+	}
+	st.next = nil
+	return nil, nil
+}
+
+// missingAnchors: the rows read refer to series whose anchoring rows are
+// not there. Read the stream's straddling segment instead when there is
+// one; read the live tail from its start once (it always starts an epoch);
+// else skip the row, counting what it held.
+func (u *upstream) missingAnchors(st *streamState, ts int64, err error) {
+	st.rows, st.next = nil, nil
+	switch {
+	case st.sealed && st.readDone < st.watermark:
+		u.warn("anchors:"+st.key.stream, "rows to resume from are gone; reading the segment that holds them instead (samples sent before may go again)",
+			"source", st.key.source, "stream", st.key.stream, "err", err)
+		st.released = true
+	case !st.retriedLive:
+		st.retriedLive = true
+		st.anchorsFrom, st.hasAnchorsFrom = math.MinInt64, true
+		if st.sealed {
+			st.anchorsFrom = st.watermark + 1
+		}
+	default:
+		// Nothing left to learn the series from: skip past it.
+		u.warn("unresolvable:"+st.key.stream, "a row refers to series no row read anchors; its samples cannot be sent",
+			"source", st.key.source, "stream", st.key.stream, "err", err)
+		st.retriedLive = false
+		st.hasAnchorsFrom = false
+		st.readDone = max(st.readDone, ts) // past the row
+	}
+}
+
+// openSegment reads and decodes a segment in a snapshot of its own. A
+// segment wholly older than MaxAge is counted from its index and skipped.
+func (u *upstream) openSegment(st *streamState, seg archive.StreamSegment) (*unit, error) {
+	var b []byte
+	var found bool
+	var tooOld int64
+	err := u.f.r.View(u.ctx, func(tx *archive.ReadTx) error {
+		if u.cfg.MaxAge > 0 {
+			idx, ok, err := tx.SegmentIndex(st.key.source, st.key.stream, seg.Seq)
+			if err != nil || !ok {
+				found = ok
+				return err
+			}
+			if x, err := promsample.ParseIndex(idx); err == nil && x.MaxT < u.now().Add(-u.cfg.MaxAge).UnixMilli() {
+				found, tooOld = true, x.Samples+x.Histograms+x.Exemplars
+				return nil
+			}
+		}
+		var err error
+		b, found, err = tx.SegmentBytes(st.key.source, st.key.stream, seg.Seq)
+		return err
+	})
+	if err != nil || !found {
+		return nil, err // gone (compacted or evicted): plan again
+	}
+	if b == nil {
+		un := &unit{st: st, kind: kindSegment, first: seg.FirstTS, last: seg.LastTS, seq: seg.Seq}
+		u.stats.drop(reasonTooOld, tooOld)
+		return un, nil
+	}
+	un, err := u.decodeSegment(st, seg, b)
+	if err != nil {
+		return nil, err
+	}
+	if seg.Rows > 0 {
+		u.perRow = 0.9*u.perRow + 0.1*float64(un.items)/float64(seg.Rows)
+	}
+	return un, nil
+}
+
+// ---- dispatch ----
+
+// dispatch sends a unit's items to the shards, piece by piece, within the
+// window and behind the written-ahead position. false: stopping.
+func (u *upstream) dispatch(un *unit) bool {
+	st := un.st
+	prevDone := st.readDone
+	st.readDone = max(st.readDone, un.last)
+	st.open = append(st.open, un)
+	u.dirty[st.key.source] = true
+	u.learnMetadata(un.meta)
+	if un.unresolved > 0 {
+		u.stats.drop(reasonUnresolvable, un.unresolved)
+	}
+	if un.kind == kindRow && un.items > 0 {
+		u.perRow = 0.9*u.perRow + 0.1*float64(un.items)
+	}
+	r := u.resumeFor(st, un)
+	if r != nil && r.p.Kind == un.kind && r.p.First == un.first && r.p.Last == un.last {
+		u.skipItems(un, min(r.p.K, un.items))
+	} else if r != nil && r.p.Kind != kindNone && !r.warned && un.last >= r.p.Last {
+		r.warned = true
+		u.log.Info("the unit the cursor was inside is gone (sealed and pruned, or compacted); reading what holds it whole",
+			"source", st.key.source, "stream", st.key.stream, "first_ns", r.p.First, "last_ns", r.p.Last)
+	}
+	maxPer := int64(u.cfg.Queue.MaxSamplesPerSend)
+	var base int64
+	var fc filterCounts
+	for ; un.next < len(un.series); un.next, un.nextOff = un.next+1, 0 {
+		us := &un.series[un.next]
+		n := us.items()
+		for un.nextOff < n {
+			if base+un.nextOff < un.dispatched {
+				un.nextOff = un.dispatched - base // skipped by the resume
+				continue
+			}
+			m := min(n-un.nextOff, maxPer)
+			from := base + un.nextOff
+			if !u.waitFor(func() bool { return u.inflight+m <= u.window || u.inflight == 0 }, time.Second) {
+				return false
+			}
+			if !u.writeAhead(st, un, prevDone, from+m) {
+				return false
+			}
+			smp, hs, exs := us.slice(un.nextOff, un.nextOff+m)
+			p := &piece{u: un, idx: int32(len(un.pieces)), s: us.s, meta: u.metaFor(us.s.lbls)}
+			p.samples = us.s.filterSamples(nil, smp, &fc)
+			p.histograms = us.s.filterHistograms(hs, &fc)
+			p.exemplars = us.s.filterExemplars(exs, &fc)
+			p.resent = r != nil && r.h.covers(un.kind, un.first, un.last, from)
+			un.pieces = append(un.pieces, pieceMark{start: from, n: m})
+			un.dispatched = from + m
+			un.nextOff += m
+			if p.items() == 0 {
+				un.pieces[p.idx].done = true
+				u.advance(un)
+				continue
+			}
+			if p.resent {
+				u.stats.resent.Add(int64(p.items()))
+			}
+			u.inflight += m
+			if !u.send(p) {
+				return false
+			}
+		}
+		base += n
+	}
+	u.stats.drop(reasonDuplicate, fc.duplicate)
+	u.stats.drop(reasonOutOfOrder, fc.outOfOrder)
+	un.dispatched = un.items
+	un.series = nil // the pieces keep what they send
+	u.advance(un)
+	if r != nil && !r.h.covers(un.kind, un.first, un.last, max(un.items-1, 0)) {
+		st.resume = nil // past what the previous process may have sent
+	}
+	return true
+}
+
+// resumeFor returns the stream's resume state while un is within it.
+func (u *upstream) resumeFor(st *streamState, un *unit) *resumeState {
+	r := st.resume
+	if r == nil {
+		return nil
+	}
+	isP := r.p.Kind == un.kind && r.p.First == un.first && r.p.Last == un.last
+	if !isP && !r.h.covers(un.kind, un.first, un.last, 0) {
+		st.resume = nil // nothing of it, nor after it, was ever sent
+		return nil
+	}
+	return r
+}
+
+// skipItems marks un's first k items dispatched and done without sending
+// them (acknowledged before a restart), feeding the dispatch filter.
+func (u *upstream) skipItems(un *unit, k int64) {
+	var base int64
+	var fc filterCounts
+	for i := range un.series {
+		us := &un.series[i]
+		n := us.items()
+		if base >= k {
+			break
+		}
+		s, h, e := us.slice(0, min(n, k-base))
+		us.s.filterSamples(nil, s, &fc)
+		us.s.filterHistograms(h, &fc)
+		us.s.filterExemplars(e, &fc)
+		base += n
+	}
+	un.dispatched = max(un.dispatched, k)
+}
+
+// writeAhead makes sure the cursor on disk says items up to end of un may
+// have been sent before any is: it stages h a window ahead and waits for
+// the commit (asking for one of its own when the archive is quiet).
+func (u *upstream) writeAhead(st *streamState, un *unit, prevDone, end int64) bool {
+	if end <= 0 || st.hCommitted.covers(un.kind, un.first, un.last, end-1) {
+		return true
+	}
+	want := pos{Done: max(prevDone, st.hCommitted.Done), Kind: un.kind, First: un.first, Last: un.last,
+		K: min(un.items, end+u.window)}
+	if want.K >= un.items {
+		want = pos{Done: max(want.Done, un.last)}
+		if un.kind == kindRow && len(st.rows) > 0 {
+			want.Done = max(want.Done, st.rows[len(st.rows)-1].TS) // the rows read ahead too
+		}
+	}
+	if want.Kind != kindNone && want.Last <= want.Done {
+		want = pos{Done: want.Done}
+	}
+	st.hWant = want
+	gen := u.stageSource(st.key.source)
+	asked := time.Now()
+	flushed := false
+	ok := u.waitFor(func() bool {
+		if u.f.w.StagedCommitted() >= gen {
+			return true
+		}
+		if !flushed && time.Since(asked) >= flushAfter {
+			flushed = true
+			ctx, cancel := context.WithTimeout(u.ctx, time.Second)
+			err := u.f.w.FlushStaged(ctx)
+			cancel()
+			if err != nil {
+				u.warn("flush", "asking the writer to commit the cursor failed", "err", err)
+				flushed = false
+				asked = time.Now()
+			}
+		}
+		return false
+	}, time.Millisecond)
+	if ok {
+		st.hCommitted = want
+	}
+	return ok
+}
+
+// flushAfter is how long a write-ahead waits for another commit to take
+// its cursor before it asks the writer for one of its own.
+const flushAfter = 2 * time.Millisecond
+
+// send hands p to its shard, handling events while the shard is full.
+func (u *upstream) send(p *piece) bool {
+	sh := u.shards[p.s.shard]
+	for {
+		select {
+		case sh.in <- p:
+			return true
+		case ps := <-u.done:
+			u.completed(ps)
+		case r := <-u.ctrl:
+			u.control(r)
+		case <-u.stop:
+			return false
+		}
+	}
+}
+
+func (u *upstream) flushShards() {
+	for _, s := range u.shards {
+		select {
+		case s.flush <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// completed takes pieces the shards finished (sent or dropped for good).
+func (u *upstream) completed(ps []*piece) {
+	for _, p := range ps {
+		mark := &p.u.pieces[p.idx]
+		if mark.done {
+			continue
+		}
+		mark.done = true
+		u.inflight -= mark.n
+		u.advance(p.u)
+	}
+}
+
+// advance moves a unit's low mark and, when units at the front of their
+// stream are complete, the stream's acknowledged position.
+func (u *upstream) advance(un *unit) {
+	for un.low < len(un.pieces) && un.pieces[un.low].done {
+		un.low++
+	}
+	st := un.st
+	for len(st.open) > 0 && st.open[0].complete() {
+		st.done = max(st.done, st.open[0].last)
+		st.open[0] = nil
+		st.open = st.open[1:]
+	}
+	u.dirty[st.key.source] = true
+}
+
+// ---- metadata ----
+
+func (u *upstream) learnMetadata(ms []promsample.Metadata) {
+	for _, m := range ms {
+		if old := u.meta[m.MetricFamily]; old == nil || *old != m {
+			u.meta[m.MetricFamily] = &m
+		}
+	}
+}
+
+// metaFor finds a series' metadata: its family is its metric name, or the
+// name without a suffix a family's series carry.
+func (u *upstream) metaFor(ls labels.Labels) *promsample.Metadata {
+	if len(u.meta) == 0 {
+		return nil
+	}
+	name := ls.Get(labels.MetricName)
+	if m := u.meta[name]; m != nil {
+		return m
+	}
+	for _, suf := range [...]string{"_bucket", "_count", "_sum", "_total", "_created", "_info", "_gcount", "_gsum"} {
+		if f, ok := strings.CutSuffix(name, suf); ok {
+			if m := u.meta[f]; m != nil {
+				return m
+			}
+		}
+	}
+	return nil
+}
+
+// ---- logging ----
+
+// warn logs msg at most once per 10 s per key.
+func (u *upstream) warn(key, msg string, args ...any) {
+	now := time.Now()
+	if t, ok := u.warnedAt[key]; ok && now.Sub(t) < 10*time.Second {
+		return
+	}
+	u.warnedAt[key] = now
+	u.log.Warn(msg, args...)
+}
+
+// warnShared is warn for the shards: at most once per 10 s per key among
+// all of them.
+func (u *upstream) warnShared(key, msg string, args ...any) {
+	now := time.Now()
+	u.warnMu.Lock()
+	t, seen := u.warnShards[key]
+	due := !seen || now.Sub(t) >= 10*time.Second
+	if due {
+		u.warnShards[key] = now
+	}
+	u.warnMu.Unlock()
+	if due {
+		u.log.Warn(msg, args...)
+	}
+}
