@@ -67,7 +67,7 @@ func (f *Forwarder) Start(ctx context.Context, r *archive.Archive, w *archive.Wr
 	}
 	f.started = true
 	for _, u := range f.ups {
-		u.log.Info("forwarding", "url", u.cfg.URL, "protocol", u.cfg.Protocol, "shards", u.cfg.Queue.Shards,
+		u.log.Info("forwarding", "url", u.shownURL, "protocol", u.cfg.Protocol, "shards", u.cfg.Queue.Shards,
 			"streams", len(u.streams))
 		go u.run()
 	}

@@ -61,7 +61,7 @@ func (c *counters) drop(reason string, n int64) {
 // UpstreamStats is one upstream's statistics (Forwarder.Stats).
 type UpstreamStats struct {
 	Name string
-	URL  string
+	URL  string // without credentials
 	// Protocol is what is sent now (RW1 after a fallback from RW2).
 	Protocol Protocol
 	// Acknowledged by the upstream (2xx).
@@ -95,7 +95,7 @@ type UpstreamStats struct {
 
 func (u *upstream) snapshot() UpstreamStats {
 	c := &u.stats
-	s := UpstreamStats{Name: u.cfg.Name, URL: u.cfg.URL, Protocol: Protocol(u.proto.Load()),
+	s := UpstreamStats{Name: u.cfg.Name, URL: u.shownURL, Protocol: Protocol(u.proto.Load()),
 		SamplesSent: c.samples.Load(), HistogramsSent: c.histograms.Load(), ExemplarsSent: c.exemplars.Load(),
 		Failed: c.failed.Load(), Retried: c.retried.Load(), Requests: c.requests.Load(), Resent: c.resent.Load(),
 		Pending: c.pending.Load(), InFlight: c.inflight.Load(), Lag: time.Duration(c.lagNS.Load()),

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"math"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -110,14 +111,15 @@ type evictReq struct {
 }
 
 type upstream struct {
-	f       *Forwarder
-	cfg     Upstream
-	log     *slog.Logger
-	client  *http.Client
-	proto   atomic.Int32 // the Protocol currently sent
-	limiter *rate.Limiter
-	shards  []*shard
-	window  int64
+	f        *Forwarder
+	cfg      Upstream
+	shownURL string // cfg.URL without credentials
+	log      *slog.Logger
+	client   *http.Client
+	proto    atomic.Int32 // the Protocol currently sent
+	limiter  *rate.Limiter
+	shards   []*shard
+	window   int64
 
 	done   chan []*piece // finished pieces, from shards
 	ctrl   chan evictReq
@@ -157,6 +159,10 @@ func newUpstream(f *Forwarder, cfg Upstream, client *http.Client) *upstream {
 		streams: map[streamKey]*streamState{}, dirty: map[archive.SourceID]bool{},
 		series: newSeriesTable(cfg.Queue.Shards), meta: map[string]*promsample.Metadata{},
 		warnedAt: map[string]time.Time{}, perRow: 1, warnShards: map[string]time.Time{}}
+	if p, err := url.Parse(cfg.URL); err == nil {
+		p.User = nil
+		u.shownURL = p.String()
+	}
 	u.ctx, u.cancel = context.WithCancel(context.Background())
 	u.proto.Store(int32(cfg.Protocol))
 	if cfg.MaxSamplesPerSecond > 0 {

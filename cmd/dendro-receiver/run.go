@@ -84,6 +84,8 @@ type config struct {
 	queryMaxConc    int
 	queryTimeout    model.Duration
 	queryCache      units.Base2Bytes
+
+	forward forwardFlags // forward.go
 }
 
 func parseFlags(args []string, stdout io.Writer) (*config, bool, error) {
@@ -131,6 +133,7 @@ func parseFlags(args []string, stdout io.Writer) (*config, bool, error) {
 		SetValue(named("query.timeout", &c.queryTimeout))
 	app.Flag("query.cache-bytes", "Memory for caching immutable segments between queries (0: default).").
 		Default("64MiB").SetValue(named("query.cache-bytes", (*bytesValue)(&c.queryCache)))
+	addForwardFlags(app, &c.forward)
 	promslogflag.AddFlags(app, &c.log)
 	// --help and --version print and then "terminate": run returns instead
 	// of exiting the process, so main's cleanup (and tests) still run.
@@ -249,6 +252,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, procs int
 	if err != nil {
 		return err
 	}
+	fwd, err := newForwarding(c.forward, logger)
+	if err != nil {
+		return err
+	}
 	var listeners []net.Listener
 	for _, addr := range *c.web.WebListenAddresses {
 		l, err := net.Listen("tcp", addr)
@@ -279,6 +286,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, procs int
 	// decoding (receiver.Pending), to take them along.
 	pending := &receiver.Pending{}
 	wopts.Coming, wopts.GroupWait = pending.Count, groupWait
+	fwd.writerOptions(&wopts)
 	var w *archive.Writer
 	if exists {
 		w, err = archive.OpenWriter(c.archivePath, wopts)
@@ -313,6 +321,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, procs int
 		CompactTargetRows: c.compactRows,
 		WriteTimeout:      time.Duration(c.writeTimeout),
 		Parallelism:       procs,
+		Floors:            fwd.floors(),
 		Logger:            logger.With("component", "ingest"),
 	})
 	if err != nil {
@@ -324,6 +333,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, procs int
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		newArchiveCollector(w, reader, ing))
+	fwd.register(reg)
 	h, err := receiver.NewHandler(ing, receiver.Options{
 		MaxCompressedBytes: int64(c.maxRequest),
 		MaxDecodedBytes:    int64(c.maxDecoded),
@@ -386,6 +396,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, procs int
 	}
 	logger.Info("indexed the archive", "series", series.Len(), "took", time.Since(started).Round(time.Millisecond))
 
+	if err := fwd.start(ctx, reader, w); err != nil {
+		reader.Close()
+		w.Close()
+		return err
+	}
+
 	bg, stopBG := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Add(2)
@@ -421,6 +437,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, procs int
 	cancel()
 	stopBG()
 	wg.Wait()
+	fwd.close()
 	fctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	if err := ing.Finalize(fctx); err != nil {
 		logger.Warn("finalizing sources", "err", err)
