@@ -644,8 +644,14 @@ func (u *upstream) dispatch(un *unit) bool {
 		}
 		base += n
 	}
-	u.stats.drop(reasonDuplicate, fc.duplicate)
-	u.stats.drop(reasonOutOfOrder, fc.outOfOrder)
+	if un.kind == kindSegment && un.first <= prevDone {
+		// A segment read over rows already sent as rows (it straddled the
+		// place): what the filter held back was sent, not dropped.
+		u.stats.drop(reasonDuplicate, 0)
+	} else {
+		u.stats.drop(reasonDuplicate, fc.duplicate)
+		u.stats.drop(reasonOutOfOrder, fc.outOfOrder)
+	}
 	un.dispatched = un.items
 	un.series = nil // the pieces keep what they send
 	u.advance(un)
@@ -741,17 +747,28 @@ const flushAfter = 2 * time.Millisecond
 // send hands p to its shard, handling events while the shard is full.
 func (u *upstream) send(p *piece) bool {
 	sh := u.shards[p.s.shard]
+	select {
+	case sh.in <- p:
+		return true
+	default:
+	}
 	for {
+		u.timer.Reset(time.Second)
 		select {
 		case sh.in <- p:
+			u.timer.Stop()
 			return true
 		case ps := <-u.done:
 			u.completed(ps)
 		case r := <-u.ctrl:
 			u.control(r)
+		case <-u.timer.C:
+			u.housekeeping() // a stalled upstream still reports its lag
 		case <-u.stop:
+			u.timer.Stop()
 			return false
 		}
+		u.timer.Stop()
 	}
 }
 
