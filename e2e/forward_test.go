@@ -547,13 +547,17 @@ func TestForwardSurvivesKill9(t *testing.T) {
 	const kills = 5
 	var resent float64
 	for k := range kills {
-		deadline := time.Now().Add(time.Duration(400+k*150) * time.Millisecond)
-		last := 0.0
-		for time.Now().Before(deadline) {
-			if v, err := metric("http://"+addr, "dendro_forward_samples_resent_total", ""); err == nil {
-				last = v
+		// Kill while it forwards new data, once what it sends again after
+		// the last kill is sent (its resent count stable for 300 ms), so
+		// that the count read here is the process's whole count.
+		up := time.Now()
+		last, since := -1.0, time.Now()
+		for time.Since(up) < time.Duration(400+k*150)*time.Millisecond || time.Since(since) < 300*time.Millisecond {
+			v, err := metric("http://"+addr, "dendro_forward_samples_resent_total", "")
+			if err == nil && v != last {
+				last, since = v, time.Now()
 			}
-			time.Sleep(20 * time.Millisecond)
+			time.Sleep(10 * time.Millisecond)
 		}
 		resent += last
 		a.kill(t)

@@ -41,7 +41,7 @@ import (
 type shard struct {
 	u     *upstream
 	id    int
-	in    chan *piece
+	in    chan []*piece
 	flush chan struct{} // capacity 1: send what is batched now
 
 	batch    []*piece
@@ -77,7 +77,7 @@ const (
 )
 
 func newShard(u *upstream, id int) *shard {
-	s := &shard{u: u, id: id, in: make(chan *piece, 1024), flush: make(chan struct{}, 1),
+	s := &shard{u: u, id: id, in: make(chan []*piece, 64), flush: make(chan struct{}, 1),
 		deadline: time.NewTimer(time.Hour), idx: map[*seriesState]int{},
 		quarantine: map[*seriesState]time.Time{}, metaSent: map[string]metaSent{}}
 	s.deadline.Stop()
@@ -89,8 +89,10 @@ func (s *shard) run() {
 		select {
 		case <-s.u.stop:
 			return
-		case p := <-s.in:
-			s.add(p)
+		case ps := <-s.in:
+			for _, p := range ps {
+				s.add(p)
+			}
 		case <-s.flush:
 			s.drain()
 			s.send()
@@ -119,8 +121,10 @@ func (s *shard) add(p *piece) {
 func (s *shard) drain() {
 	for {
 		select {
-		case p := <-s.in:
-			s.add(p)
+		case ps := <-s.in:
+			for _, p := range ps {
+				s.add(p)
+			}
 		default:
 			return
 		}

@@ -131,10 +131,11 @@ func (u *upstream) decodeRow(st *streamState, r archive.Row) (*unit, error) {
 		return un, nil
 	default:
 		if st.epoch == nil || st.epoch.id != h.Epoch {
-			if h.FirstLocal != 0 {
-				st.epoch = nil
-				return nil, fmt.Errorf("row ts %d, epoch %x: %w", r.TS, h.Epoch, errMissingAnchors)
-			}
+			// A new epoch: this is its first row. (Its FirstLocal need
+			// not be 0: requests reserve their ids before they reach the
+			// writer, so the rows anchoring an epoch's series commit in
+			// any order. Only a reference to an id no row read anchored
+			// says the reader did not start at the epoch's first row.)
 			st.epoch = &epochTable{id: h.Epoch, first: r.TS}
 		}
 		ep := st.epoch
@@ -175,19 +176,28 @@ func (u *upstream) decodeRow(st *streamState, r archive.Row) (*unit, error) {
 	if len(out.Metadata) > 0 {
 		un.meta = append([]promsample.Metadata(nil), out.Metadata...)
 	}
+	if un.unresolved > 0 {
+		return un, fmt.Errorf("row ts %d: %d items of series it refers to by ids: %w", r.TS, un.unresolved, errMissingAnchors)
+	}
 	return un, nil
 }
 
-// decodeSegment decodes a segment's bytes into a unit.
-func (u *upstream) decodeSegment(st *streamState, seg archive.StreamSegment, b []byte) (*unit, error) {
+// decodeSegment decodes a segment's bytes (any goroutine: it touches no
+// loop state).
+func decodeSegment(seg archive.StreamSegment, b []byte) ([]promsample.Series, []promsample.Metadata, error) {
 	ss, err := promsample.ReadSegment(b, promsample.AllTime())
 	if err != nil {
-		return nil, fmt.Errorf("segment %d: %w", seg.Seq, err)
+		return nil, nil, fmt.Errorf("segment %d: %w", seg.Seq, err)
 	}
 	meta, err := promsample.ReadSegmentMetadata(b)
 	if err != nil {
-		return nil, fmt.Errorf("segment %d metadata: %w", seg.Seq, err)
+		return nil, nil, fmt.Errorf("segment %d metadata: %w", seg.Seq, err)
 	}
+	return ss, meta, nil
+}
+
+// segmentUnit makes a unit of a decoded segment, its series interned.
+func (u *upstream) segmentUnit(st *streamState, seg archive.StreamSegment, ss []promsample.Series, meta []promsample.Metadata) *unit {
 	un := &unit{st: st, kind: kindSegment, first: seg.FirstTS, last: seg.LastTS, seq: seg.Seq, meta: meta}
 	now := u.f.opts.Now()
 	un.series = make([]unitSeries, 0, len(ss))
@@ -197,5 +207,5 @@ func (u *upstream) decodeSegment(st *streamState, seg archive.StreamSegment, b [
 		un.items += us.items()
 		un.series = append(un.series, us)
 	}
-	return un, nil
+	return un
 }

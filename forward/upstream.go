@@ -65,8 +65,13 @@ type streamState struct {
 	hasAnchorsFrom bool
 	retriedLive    bool
 
-	// Written ahead: hCommitted is on disk; hWant is staged.
+	// Written ahead: hCommitted is on disk; hWant is staged (its stage is
+	// hGen, 0 once committed), asked for at hAsked, hFlushed when a
+	// commit of its own was asked for.
 	hCommitted, hWant pos
+	hGen              uint64
+	hAsked            time.Time
+	hFlushed          bool
 }
 
 type resumeState struct {
@@ -138,6 +143,9 @@ type upstream struct {
 	meta        map[string]*promsample.Metadata
 	rows        rowDecoder
 	inflight    int64
+	pre         *prefetch  // the segment read ahead, if any (readAhead)
+	queued      [][]*piece // per shard, not yet handed over (see send)
+	queuedItems []int
 	timer       *time.Timer
 	lastStage   time.Time
 	lastMaint   time.Time
@@ -173,6 +181,7 @@ func newUpstream(f *Forwarder, cfg Upstream, client *http.Client) *upstream {
 	for i := range cfg.Queue.Shards {
 		u.shards = append(u.shards, newShard(u, i))
 	}
+	u.queued, u.queuedItems = make([][]*piece, cfg.Queue.Shards), make([]int, cfg.Queue.Shards)
 	u.floors.Store(&floorMap{loading: true})
 	return u
 }
@@ -228,6 +237,10 @@ func (u *upstream) run() {
 // finished, and commits the cursor.
 func (u *upstream) shutdown(shardsDone chan struct{}) {
 	u.cancel()
+	if u.pre != nil {
+		<-u.pre.done // its View ends with the context
+		u.pre = nil
+	}
 	for left := len(u.shards); left > 0; {
 		select {
 		case ps := <-u.done:
@@ -451,6 +464,10 @@ func (u *upstream) plan(tx *archive.ReadTx, st *streamState) error {
 		return err
 	}
 	st.rows = rows
+	// Read to the end of the stream: plan it again only after
+	// PollInterval, so that a caught-up upstream reads (and sends) what
+	// arrived meanwhile in one go rather than a row at a time.
+	st.idle = len(rows) < rowChunk
 	for _, r := range rows {
 		if r.TS > st.readDone {
 			st.next = &candidate{kind: candRows, order: r.TS}
@@ -480,8 +497,14 @@ func (u *upstream) openUnit(st *streamState) (*unit, error) {
 			st.rows = st.rows[1:]
 			un, err := u.decodeRow(st, r)
 			if errors.Is(err, errMissingAnchors) {
-				u.missingAnchors(st, r.TS, err)
-				return nil, nil
+				if !u.missingAnchors(st, r.TS, err) || r.TS <= st.readDone {
+					return nil, nil
+				}
+				// Nothing left to learn its series from: send what
+				// resolves, count the rest.
+				u.stats.drop(reasonUnresolvable, un.unresolved)
+				un.unresolved = 0
+				return un, nil
 			}
 			if err != nil {
 				return nil, err
@@ -499,7 +522,7 @@ func (u *upstream) openUnit(st *streamState) (*unit, error) {
 			} else {
 				st.next.order = st.rows[0].TS
 			}
-			st.hasAnchorsFrom = false
+			st.hasAnchorsFrom, st.retriedLive = false, false
 			return un, nil
 		}
 		st.next = nil
@@ -513,67 +536,125 @@ func (u *upstream) openUnit(st *streamState) (*unit, error) {
 // not there. Read the stream's straddling segment instead when there is
 // one; read the live tail from its start once (it always starts an epoch);
 // else skip the row, counting what it held.
-func (u *upstream) missingAnchors(st *streamState, ts int64, err error) {
-	st.rows, st.next = nil, nil
+// It reports true when there is nothing left to try: the caller sends the
+// row's series that resolve and counts the rest.
+func (u *upstream) missingAnchors(st *streamState, ts int64, err error) (giveUp bool) {
+	st.rows, st.next, st.epoch = nil, nil, nil
 	switch {
 	case st.sealed && st.readDone < st.watermark:
 		u.warn("anchors:"+st.key.stream, "rows to resume from are gone; reading the segment that holds them instead (samples sent before may go again)",
 			"source", st.key.source, "stream", st.key.stream, "err", err)
 		st.released = true
+		return false
 	case !st.retriedLive:
 		st.retriedLive = true
 		st.anchorsFrom, st.hasAnchorsFrom = math.MinInt64, true
 		if st.sealed {
 			st.anchorsFrom = st.watermark + 1
 		}
-	default:
-		// Nothing left to learn the series from: skip past it.
-		u.warn("unresolvable:"+st.key.stream, "a row refers to series no row read anchors; its samples cannot be sent",
-			"source", st.key.source, "stream", st.key.stream, "err", err)
-		st.retriedLive = false
-		st.hasAnchorsFrom = false
-		st.readDone = max(st.readDone, ts) // past the row
+		return false
 	}
+	u.warn("unresolvable:"+st.key.stream, "a row refers to series no row read anchors; their samples cannot be sent",
+		"source", st.key.source, "stream", st.key.stream, "err", err)
+	st.retriedLive = false
+	st.hasAnchorsFrom = false
+	return true
 }
 
-// openSegment reads and decodes a segment in a snapshot of its own. A
-// segment wholly older than MaxAge is counted from its index and skipped.
-func (u *upstream) openSegment(st *streamState, seg archive.StreamSegment) (*unit, error) {
+// fetched is a segment read and decoded, by the loop or ahead of it.
+type fetched struct {
+	found  bool  // false: gone (compacted or evicted)
+	tooOld int64 // items of a segment wholly older than MaxAge (not decoded)
+	series []promsample.Series
+	meta   []promsample.Metadata
+	err    error
+}
+
+// prefetch is the one segment being read ahead of the loop.
+type prefetch struct {
+	key  streamKey
+	seg  archive.StreamSegment
+	done chan fetched // capacity 1
+}
+
+// fetchSegment reads and decodes a segment in a snapshot of its own. A
+// segment wholly older than MaxAge is counted from its index and not
+// read. It touches no loop state, so a prefetch runs it on a goroutine.
+func (u *upstream) fetchSegment(key streamKey, seg archive.StreamSegment) fetched {
+	var f fetched
 	var b []byte
-	var found bool
-	var tooOld int64
-	err := u.f.r.View(u.ctx, func(tx *archive.ReadTx) error {
+	f.err = u.f.r.View(u.ctx, func(tx *archive.ReadTx) error {
 		if u.cfg.MaxAge > 0 {
-			idx, ok, err := tx.SegmentIndex(st.key.source, st.key.stream, seg.Seq)
+			idx, ok, err := tx.SegmentIndex(key.source, key.stream, seg.Seq)
 			if err != nil || !ok {
-				found = ok
 				return err
 			}
 			if x, err := promsample.ParseIndex(idx); err == nil && x.MaxT < u.now().Add(-u.cfg.MaxAge).UnixMilli() {
-				found, tooOld = true, x.Samples+x.Histograms+x.Exemplars
+				f.found, f.tooOld = true, x.Samples+x.Histograms+x.Exemplars
 				return nil
 			}
 		}
 		var err error
-		b, found, err = tx.SegmentBytes(st.key.source, st.key.stream, seg.Seq)
+		b, f.found, err = tx.SegmentBytes(key.source, key.stream, seg.Seq)
 		return err
 	})
-	if err != nil || !found {
-		return nil, err // gone (compacted or evicted): plan again
+	if f.err == nil && b != nil {
+		f.series, f.meta, f.err = decodeSegment(seg, b)
 	}
-	if b == nil {
-		un := &unit{st: st, kind: kindSegment, first: seg.FirstTS, last: seg.LastTS, seq: seg.Seq}
-		u.stats.drop(reasonTooOld, tooOld)
-		return un, nil
+	return f
+}
+
+// openSegment makes a unit of a segment: the one read ahead when it is,
+// else read now. nil when it is gone (plan again).
+func (u *upstream) openSegment(st *streamState, seg archive.StreamSegment) (*unit, error) {
+	var f fetched
+	if p := u.pre; p != nil {
+		f = <-p.done
+		u.pre = nil
+		if p.key != st.key || p.seg != seg {
+			f = u.fetchSegment(st.key, seg)
+		}
+	} else {
+		f = u.fetchSegment(st.key, seg)
 	}
-	un, err := u.decodeSegment(st, seg, b)
-	if err != nil {
-		return nil, err
+	if f.err != nil || !f.found {
+		return nil, f.err
 	}
+	if f.series == nil && f.tooOld > 0 {
+		u.stats.drop(reasonTooOld, f.tooOld)
+		return &unit{st: st, kind: kindSegment, first: seg.FirstTS, last: seg.LastTS, seq: seg.Seq}, nil
+	}
+	un := u.segmentUnit(st, seg, f.series, f.meta)
 	if seg.Rows > 0 {
 		u.perRow = 0.9*u.perRow + 0.1*float64(un.items)/float64(seg.Rows)
 	}
 	return un, nil
+}
+
+// readAhead starts reading the next unit if it is a segment, so that its
+// decoding overlaps the dispatch of the one before (a backlog drains as
+// fast as the shards send, not as fast as one goroutine both decodes and
+// dispatches). Called once the current unit's place is taken (readDone).
+func (u *upstream) readAhead() {
+	if u.pre != nil {
+		return
+	}
+	if err := u.planStreams(); err != nil {
+		return // the loop's own plan reports it
+	}
+	var best *streamState
+	for _, st := range u.streams {
+		if st.next != nil && (best == nil || st.next.order < best.next.order ||
+			(st.next.order == best.next.order && lessKey(st.key, best.key))) {
+			best = st
+		}
+	}
+	if best == nil || best.next.kind != candSegment {
+		return
+	}
+	p := &prefetch{key: best.key, seg: best.next.seg, done: make(chan fetched, 1)}
+	u.pre = p
+	go func() { p.done <- u.fetchSegment(p.key, p.seg) }()
 }
 
 // ---- dispatch ----
@@ -585,6 +666,9 @@ func (u *upstream) dispatch(un *unit) bool {
 	prevDone := st.readDone
 	st.readDone = max(st.readDone, un.last)
 	st.open = append(st.open, un)
+	if un.kind == kindSegment {
+		u.readAhead()
+	}
 	u.dirty[st.key.source] = true
 	u.learnMetadata(un.meta)
 	if un.unresolved > 0 {
@@ -614,8 +698,14 @@ func (u *upstream) dispatch(un *unit) bool {
 			}
 			m := min(n-un.nextOff, maxPer)
 			from := base + un.nextOff
-			if !u.waitFor(func() bool { return u.inflight+m <= u.window || u.inflight == 0 }, time.Second) {
-				return false
+			if u.inflight+m > u.window && u.inflight > 0 {
+				// The window is full: nothing more goes out until some of
+				// it is acknowledged, so the shards must not sit on
+				// partial batches until their deadline.
+				u.flushShards()
+				if !u.waitFor(func() bool { return u.inflight+m <= u.window || u.inflight == 0 }, time.Second) {
+					return false
+				}
 			}
 			if !u.writeAhead(st, un, prevDone, from+m) {
 				return false
@@ -655,6 +745,9 @@ func (u *upstream) dispatch(un *unit) bool {
 	un.dispatched = un.items
 	un.series = nil // the pieces keep what they send
 	u.advance(un)
+	if !u.handOverAll() {
+		return false
+	}
 	if r != nil && !r.h.covers(un.kind, un.first, un.last, max(un.items-1, 0)) {
 		st.resume = nil // past what the previous process may have sent
 	}
@@ -696,12 +789,36 @@ func (u *upstream) skipItems(un *unit, k int64) {
 }
 
 // writeAhead makes sure the cursor on disk says items up to end of un may
-// have been sent before any is: it stages h a window ahead and waits for
-// the commit (asking for one of its own when the archive is quiet).
+// have been sent before any is. It stages h a window ahead and, when what
+// is committed does not cover end yet, waits for the commit (asking for
+// one of its own when the archive is quiet); and once the dispatch is
+// half way through what is committed, it stages the next stretch without
+// waiting, so that its commit overlaps the sending.
 func (u *upstream) writeAhead(st *streamState, un *unit, prevDone, end int64) bool {
-	if end <= 0 || st.hCommitted.covers(un.kind, un.first, un.last, end-1) {
+	if end <= 0 {
 		return true
 	}
+	u.aheadCommitted(st)
+	if !st.hCommitted.covers(un.kind, un.first, un.last, end-1) {
+		if st.hGen == 0 || !st.hWant.covers(un.kind, un.first, un.last, end-1) {
+			u.stageAhead(st, un, prevDone, end)
+		}
+		ok := u.waitFor(func() bool {
+			u.aheadCommitted(st)
+			return st.hGen == 0
+		}, time.Millisecond)
+		if !ok {
+			return false
+		}
+	}
+	if half := end + u.window/2; st.hGen == 0 && half < un.items && !st.hCommitted.covers(un.kind, un.first, un.last, half) {
+		u.stageAhead(st, un, prevDone, half)
+	}
+	return true
+}
+
+// stageAhead stages h covering end of un and a window more.
+func (u *upstream) stageAhead(st *streamState, un *unit, prevDone, end int64) {
 	want := pos{Done: max(prevDone, st.hCommitted.Done), Kind: un.kind, First: un.first, Last: un.last,
 		K: min(un.items, end+u.window)}
 	if want.K >= un.items {
@@ -714,48 +831,67 @@ func (u *upstream) writeAhead(st *streamState, un *unit, prevDone, end int64) bo
 		want = pos{Done: want.Done}
 	}
 	st.hWant = want
-	gen := u.stageSource(st.key.source)
-	asked := time.Now()
-	flushed := false
-	ok := u.waitFor(func() bool {
-		if u.f.w.StagedCommitted() >= gen {
-			return true
-		}
-		if !flushed && time.Since(asked) >= flushAfter {
-			flushed = true
-			ctx, cancel := context.WithTimeout(u.ctx, time.Second)
-			err := u.f.w.FlushStaged(ctx)
-			cancel()
-			if err != nil {
-				u.warn("flush", "asking the writer to commit the cursor failed", "err", err)
-				flushed = false
-				asked = time.Now()
-			}
-		}
-		return false
-	}, time.Millisecond)
-	if ok {
-		st.hCommitted = want
+	st.hGen = u.stageSource(st.key.source)
+	st.hAsked, st.hFlushed = time.Now(), false
+}
+
+// aheadCommitted takes the commit of a staged h, and asks the writer for a
+// commit of its own if none came within flushAfter.
+func (u *upstream) aheadCommitted(st *streamState) {
+	if st.hGen == 0 {
+		return
 	}
-	return ok
+	if u.f.w.StagedCommitted() >= st.hGen {
+		st.hCommitted, st.hGen = st.hWant, 0
+		return
+	}
+	if !st.hFlushed && time.Since(st.hAsked) >= flushAfter {
+		st.hFlushed = true
+		ctx, cancel := context.WithTimeout(u.ctx, time.Second)
+		err := u.f.w.FlushStaged(ctx)
+		cancel()
+		if err != nil {
+			u.warn("flush", "asking the writer to commit the cursor failed", "err", err)
+			st.hFlushed, st.hAsked = false, time.Now()
+		}
+	}
 }
 
 // flushAfter is how long a write-ahead waits for another commit to take
 // its cursor before it asks the writer for one of its own.
 const flushAfter = 2 * time.Millisecond
 
-// send hands p to its shard, handling events while the shard is full.
+// send queues p for its shard; queued pieces go to the shard in one
+// message once they make half a request (one channel operation per
+// piece would cost more than the piece), or at a flush.
 func (u *upstream) send(p *piece) bool {
-	sh := u.shards[p.s.shard]
+	i := p.s.shard
+	u.queued[i] = append(u.queued[i], p)
+	u.queuedItems[i] += p.items()
+	if u.queuedItems[i] < u.cfg.Queue.MaxSamplesPerSend/2 {
+		return true
+	}
+	return u.handOver(i)
+}
+
+// handOver gives shard i what is queued for it, handling events while the
+// shard is full.
+func (u *upstream) handOver(i int) bool {
+	ps := u.queued[i]
+	if len(ps) == 0 {
+		return true
+	}
+	u.queued[i], u.queuedItems[i] = nil, 0
+	sh := u.shards[i]
 	select {
-	case sh.in <- p:
+	case sh.in <- ps:
 		return true
 	default:
 	}
 	for {
 		u.timer.Reset(time.Second)
 		select {
-		case sh.in <- p:
+		case sh.in <- ps:
 			u.timer.Stop()
 			return true
 		case ps := <-u.done:
@@ -772,7 +908,18 @@ func (u *upstream) send(p *piece) bool {
 	}
 }
 
+// handOverAll gives every shard what is queued for it.
+func (u *upstream) handOverAll() bool {
+	for i := range u.shards {
+		if !u.handOver(i) {
+			return false
+		}
+	}
+	return true
+}
+
 func (u *upstream) flushShards() {
+	u.handOverAll()
 	for _, s := range u.shards {
 		select {
 		case s.flush <- struct{}{}:
