@@ -1,11 +1,15 @@
 package forward_test
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/prompb"
 
 	"github.com/dendro-receiver/dendro-receiver/archive"
 	"github.com/dendro-receiver/dendro-receiver/encoders/promsample"
@@ -165,5 +169,99 @@ func TestRW2FallsBackToRW1(t *testing.T) {
 				t.Errorf("protocol %v, dropped %v", st.Protocol, st.Dropped)
 			}
 		})
+	}
+}
+
+// The rows that anchor an epoch's series commit in any order (requests
+// reserve their ids before they reach the writer): an epoch's first row
+// may anchor ids 5-9 and the next one 0-4. Every sample still goes.
+func TestAnEpochMayStartWithAnyIDs(t *testing.T) {
+	up := newStub(t)
+	fwd, err := forward.New(upstreamTo(up.url()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := tempPath(t)
+	w, err := archive.CreateWriter(path, archive.WriterOptions{Encoder: &promsample.Encoder{}, CheckpointInterval: -1, KeepWAL: fwd.KeepWAL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	ctx := context.Background()
+	src, err := w.AddSource(ctx, archive.SourceSpec{Labels: map[string]string{"source": "x"}, Metadata: map[string]string{"stream_buckets": "1"}}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream := promsample.StreamFor("m", 1)
+	series := func(from, to int) []labels.Labels {
+		var out []labels.Labels
+		for i := from; i < to; i++ {
+			out = append(out, labels.FromStrings("__name__", "m", "id", fmt.Sprint(i)))
+		}
+		return out
+	}
+	var enc promsample.RowEncoder
+	row := func(ts int64, first uint32, anchors []labels.Labels, locals []uint32, t0 int64) archive.Row {
+		r := &promsample.AnchoredRow{Epoch: 77, FirstLocal: first, Anchors: anchors}
+		for _, l := range locals {
+			r.Series = append(r.Series, promsample.RowSeries{Local: l, Samples: []promsample.Sample{{T: t0, V: float64(l)}}})
+		}
+		b, err := enc.Append(nil, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return archive.Row{Stream: stream, TS: ts, Data: b}
+	}
+	all := []uint32{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}
+	rows := []archive.Row{
+		row(10, 5, series(5, 10), []uint32{5, 6, 7, 8, 9}, 1000),
+		row(20, 0, series(0, 5), []uint32{0, 1, 2, 3, 4}, 1000),
+		row(30, 10, nil, all, 2000),
+	}
+	if res, err := w.AppendWait(ctx, []archive.SourceRows{{Source: src.ID(), Rows: rows}}, false); err != nil || res.Dropped() != 0 {
+		t.Fatalf("append: %v %v", err, res)
+	}
+	r, err := archive.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if err := fwd.Start(ctx, r, w); err != nil {
+		t.Fatal(err)
+	}
+	defer fwd.Close()
+	eventually(t, 10*time.Second, func() string { return up.diff(archiveSeries(t, path)) })
+	if st := fwd.Stats()[0]; len(st.Dropped) != 0 {
+		t.Errorf("dropped %v", st.Dropped)
+	}
+}
+
+// Concurrent senders: the requests of one epoch reach the writer in any
+// order, so the row that starts an epoch may anchor ids other than 0.
+// Every series still arrives whole, nothing counted as unresolvable.
+func TestConcurrentSendersLoseNothing(t *testing.T) {
+	up := newStub(t)
+	n := openNode(t, tempPath(t), nodeOptions{fwd: upstreamTo(up.url()), seal: archive.SealPolicy{MaxRows: 8}, background: true})
+	base := time.Now().Add(-time.Hour).UnixMilli()
+	var wg sync.WaitGroup
+	for k := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// Each sender owns its series, as Prometheus's shards do.
+			g := gen{series: 40, perSeries: 2, base: base, step: 1000}
+			for r := range 60 {
+				wr := g.request(r)
+				for i := range wr.Timeseries {
+					wr.Timeseries[i].Labels = append(wr.Timeseries[i].Labels, prompb.Label{Name: "sender", Value: fmt.Sprint(k)})
+				}
+				n.write(t, wr)
+			}
+		}()
+	}
+	wg.Wait()
+	eventually(t, 30*time.Second, func() string { return up.diff(archiveSeries(t, n.path)) })
+	if st := n.stats(t); len(st.Dropped) != 0 {
+		t.Errorf("dropped %v", st.Dropped)
 	}
 }
