@@ -4,8 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"runtime"
 	"sync"
-	"time"
 
 	"github.com/prometheus/common/config"
 
@@ -69,7 +69,10 @@ func (f *Forwarder) Start(ctx context.Context, r *archive.Archive, w *archive.Wr
 	for _, u := range f.ups {
 		u.log.Info("forwarding", "url", u.shownURL, "protocol", u.cfg.Protocol, "shards", u.cfg.Queue.Shards,
 			"streams", len(u.streams))
-		go u.run()
+		go func() {
+			f.onThread()
+			u.run()
+		}()
 	}
 	return nil
 }
@@ -198,5 +201,12 @@ func (f *Forwarder) floorOf(u *upstream, source archive.SourceID) (int64, bool) 
 	return max(min(n, fm.discAt), fm.ageFloor), true
 }
 
-// Now is the forwarder's clock.
-func (f *Forwarder) now() time.Time { return f.opts.Now() }
+// onThread locks the calling goroutine to its thread for good (the thread
+// ends with the goroutine, so whatever OnThread set never reaches another)
+// and calls OnThread.
+func (f *Forwarder) onThread() {
+	if f.opts.OnThread != nil {
+		runtime.LockOSThread()
+		f.opts.OnThread()
+	}
+}

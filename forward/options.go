@@ -132,6 +132,14 @@ type Options struct {
 	Logger      *slog.Logger
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// OnThread, if set, is called first on each of the forwarder's
+	// goroutines that do its work (an upstream's loop and shards, a
+	// segment read ahead), each locked to its OS thread for its whole life
+	// (the thread ends with it): a caller can lower the thread's CPU
+	// priority there, so that the ingest path gets the CPU first and
+	// forwarding what it leaves (cmd/dendro-receiver does, on Linux). It
+	// must not block.
+	OnThread func()
 }
 
 func (o *Options) setDefaults() error {

@@ -205,7 +205,11 @@ func (u *upstream) run() {
 	u.timer.Stop()
 	shardsDone := make(chan struct{}, len(u.shards))
 	for _, s := range u.shards {
-		go func() { s.run(); shardsDone <- struct{}{} }()
+		go func() {
+			u.f.onThread()
+			s.run()
+			shardsDone <- struct{}{}
+		}()
 	}
 	defer u.shutdown(shardsDone)
 	u.discover()
@@ -654,7 +658,10 @@ func (u *upstream) readAhead() {
 	}
 	p := &prefetch{key: best.key, seg: best.next.seg, done: make(chan fetched, 1)}
 	u.pre = p
-	go func() { p.done <- u.fetchSegment(p.key, p.seg) }()
+	go func() {
+		u.f.onThread()
+		p.done <- u.fetchSegment(p.key, p.seg)
+	}()
 }
 
 // ---- dispatch ----

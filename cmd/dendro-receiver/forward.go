@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
+	"runtime"
+	"sync"
 	"time"
 
 	"github.com/alecthomas/kingpin/v2"
@@ -80,12 +83,35 @@ func newForwarding(f forwardFlags, logger *slog.Logger) (*forwarding, error) {
 		}
 		ups = append(ups, more...)
 	}
-	fwd, err := forward.New(forward.Options{Upstreams: ups, UserAgent: "dendro-receiver/" + buildVersion(),
-		Logger: logger.With("component", "forward")})
+	opts := forward.Options{Upstreams: ups, UserAgent: "dendro-receiver/" + buildVersion(), Logger: logger.With("component", "forward")}
+	if threadPriorities {
+		opts.OnThread = forwardAtLowPriority(logger)
+	}
+	fwd, err := forward.New(opts)
 	if err != nil {
 		return nil, usage("--forward: %v", err)
 	}
 	return &forwarding{f: fwd, log: logger}, nil
+}
+
+// forwardNice is the forwarder threads' nice value. Forwarding is the
+// archive read back and sent on: as much CPU per sample as ingest, and
+// none of it on a sender's path, which waits for its commit only. Below
+// the ingest path's priority (nice 0), the kernel gives requests the CPU
+// first; above the seal encoder's (19), forwarding goes ahead of seals.
+// An upstream behind because the host has no CPU to spare shows as lag,
+// and catches up when ingest pauses.
+const forwardNice = 10
+
+// forwardAtLowPriority is a forward.Options.OnThread that lowers the
+// calling thread's priority to forwardNice; if it cannot, it says so once.
+func forwardAtLowPriority(log *slog.Logger) func() {
+	var once sync.Once
+	return func() {
+		if err := setThreadNice(forwardNice); err != nil {
+			once.Do(func() { log.Warn("forwarding runs at normal CPU priority", "err", err) })
+		}
+	}
 }
 
 // writerOptions lets the writer's prune keep the rows an upstream reads
@@ -113,6 +139,12 @@ func (fw *forwarding) register(reg *prometheus.Registry) {
 func (fw *forwarding) start(ctx context.Context, r *archive.Archive, w *archive.Writer) error {
 	if fw == nil {
 		return nil
+	}
+	if threadPriorities && os.Getenv("GOMAXPROCS") == "" {
+		// As for the encoder (encodeprio.go): a processor for the
+		// low-priority threads, so that one the kernel has set aside holds
+		// no processor the requests need.
+		runtime.GOMAXPROCS(runtime.GOMAXPROCS(0) + 1)
 	}
 	if err := fw.f.Start(ctx, r, w); err != nil {
 		return fmt.Errorf("starting the forwarder: %w", err)
