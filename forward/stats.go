@@ -44,6 +44,7 @@ type counters struct {
 	pending                        atomic.Int64
 	inflight                       atomic.Int64
 	heldStreams                    atomic.Int64
+	flushes                        atomic.Int64 // cursor commits asked of the writer (FlushStaged)
 
 	mu      sync.Mutex
 	dropped map[string]int64
@@ -91,6 +92,10 @@ type UpstreamStats struct {
 	// HeldStreams counts streams whose sealed rows the upstream keeps from
 	// the prune.
 	HeldStreams int64
+	// CursorFlushes counts the transactions of its own the upstream asked
+	// the writer for, to commit a written-ahead cursor when no other
+	// commit came to carry it.
+	CursorFlushes int64
 }
 
 func (u *upstream) snapshot() UpstreamStats {
@@ -99,7 +104,7 @@ func (u *upstream) snapshot() UpstreamStats {
 		SamplesSent: c.samples.Load(), HistogramsSent: c.histograms.Load(), ExemplarsSent: c.exemplars.Load(),
 		Failed: c.failed.Load(), Retried: c.retried.Load(), Requests: c.requests.Load(), Resent: c.resent.Load(),
 		Pending: c.pending.Load(), InFlight: c.inflight.Load(), Lag: time.Duration(c.lagNS.Load()),
-		HeldStreams: c.heldStreams.Load()}
+		HeldStreams: c.heldStreams.Load(), CursorFlushes: c.flushes.Load()}
 	if t := c.lastSuccess.Load(); t != 0 {
 		s.LastSuccess = time.Unix(0, t)
 	}

@@ -167,7 +167,7 @@ type forwardCollector struct {
 	f                                                 *forward.Forwarder
 	samples, histograms, exemplars, failed, retried   *prometheus.Desc
 	requests, resent, dropped, pending, inflight, lag *prometheus.Desc
-	lastSuccess, backoff, held, info                  *prometheus.Desc
+	lastSuccess, backoff, held, info, flushes         *prometheus.Desc
 }
 
 func newForwardCollector(f *forward.Forwarder) *forwardCollector {
@@ -190,6 +190,7 @@ func newForwardCollector(f *forward.Forwarder) *forwardCollector {
 		backoff:     d("backoff_seconds", "The longest wait a sender is in before a retry (0: none)."),
 		held:        d("held_streams", "Streams whose sealed rows the upstream keeps from the prune (it reads them as rows)."),
 		info:        d("upstream_info", "The upstream's URL and the protocol sent now.", "url", "protocol"),
+		flushes:     d("cursor_flushes_total", "Transactions of its own the forwarder asked the writer for, to commit a cursor no other commit carried."),
 	}
 }
 
@@ -210,6 +211,7 @@ func (c *forwardCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.retried, s.Retried)
 		counter(c.requests, s.Requests)
 		counter(c.resent, s.Resent)
+		counter(c.flushes, s.CursorFlushes)
 		for reason, n := range s.Dropped {
 			counter(c.dropped, n, reason)
 		}
