@@ -77,7 +77,12 @@ const (
 )
 
 func newShard(u *upstream, id int) *shard {
-	s := &shard{u: u, id: id, in: make(chan []*piece, 64), flush: make(chan struct{}, 1),
+	// The window, not the channel, bounds what is queued: a shard's
+	// channel holds the whole window in half-requests (see upstream.send),
+	// so that the reader never waits on one busy shard while the others
+	// have nothing to send.
+	slots := int(u.window/int64(max(u.cfg.Queue.MaxSamplesPerSend/2, 1))) + 4
+	s := &shard{u: u, id: id, in: make(chan []*piece, slots), flush: make(chan struct{}, 1),
 		deadline: time.NewTimer(time.Hour), idx: map[*seriesState]int{},
 		quarantine: map[*seriesState]time.Time{}, metaSent: map[string]metaSent{}}
 	s.deadline.Stop()

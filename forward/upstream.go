@@ -752,9 +752,6 @@ func (u *upstream) dispatch(un *unit) bool {
 	un.dispatched = un.items
 	un.series = nil // the pieces keep what they send
 	u.advance(un)
-	if !u.handOverAll() {
-		return false
-	}
 	if r != nil && !r.h.covers(un.kind, un.first, un.last, max(un.items-1, 0)) {
 		st.resume = nil // past what the previous process may have sent
 	}
@@ -854,6 +851,7 @@ func (u *upstream) aheadCommitted(st *streamState) {
 	}
 	if !st.hFlushed && time.Since(st.hAsked) >= flushAfter {
 		st.hFlushed = true
+		u.stats.flushes.Add(1)
 		ctx, cancel := context.WithTimeout(u.ctx, time.Second)
 		err := u.f.w.FlushStaged(ctx)
 		cancel()
