@@ -399,6 +399,9 @@ func (u *upstream) lostTo(tx *archive.ReadTx, src archive.SourceID, cutoff int64
 			if s.LastTS >= cutoff {
 				break
 			}
+			if p := u.pre; p != nil && p.key == k && p.seg == s {
+				continue // read ahead: in memory, it still goes out
+			}
 			idx, ok, err := tx.SegmentIndex(src, k.stream, s.Seq)
 			if err != nil {
 				return 0, err
