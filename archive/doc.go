@@ -23,6 +23,15 @@
 // survive SIGKILL and power loss, and every reader that starts a snapshot
 // afterwards sees them.
 //
+// What a failed write means: a transient failure (a full disk, EIO, a lock
+// held elsewhere) never stops the writer. It retries on a backoff and,
+// meanwhile, refuses writes at once with ErrCannotCommit (wrapping the
+// SQLite error, so IsDiskFull tells a full disk); Writer.Health reports the
+// outage until a commit succeeds again, which the writer notices by itself.
+// Corruption (IsCorrupt) and other failures stop it for good
+// (ErrWriterStopped). Errors are classified by SQLite result code, never by
+// message text.
+//
 // Why one writer: SQLite has one write lock. A second writing connection
 // waits on it for busy_timeout and then fails, which looks like a hang; and
 // the writer caches each stream's next seq and sealed watermark, which a

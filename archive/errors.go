@@ -3,6 +3,7 @@ package archive
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	sqlite "modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
@@ -45,6 +46,13 @@ var (
 	// ErrWriterStopped is matched by every *WriterError: the writer goroutine
 	// stopped on a failure, and every handle reports that failure.
 	ErrWriterStopped = errors.New("archive: the writer stopped")
+
+	// ErrCannotCommit is matched by every *CannotCommitError: the writer is
+	// running, but its writes fail with a transient error (a full disk, an
+	// I/O error, a lock held elsewhere). It keeps trying on a backoff, and
+	// calls that would write fail fast with this error until one succeeds.
+	// Returned by Writer.Health and in the results of appends and seals.
+	ErrCannotCommit = errors.New("archive: the writer cannot commit")
 
 	// ErrClosed is returned by a Writer or handle used after Close.
 	ErrClosed = errors.New("archive: closed")
@@ -152,6 +160,22 @@ func (e *WriterError) Error() string        { return "the archive writer stopped
 func (e *WriterError) Unwrap() error        { return e.Err }
 func (e *WriterError) Is(target error) bool { return target == ErrWriterStopped }
 
+// CannotCommitError is the writer's condition while its writes fail with a
+// transient error: since when, the latest failure, and when it tries again.
+// It wraps the failure, so IsDiskFull and SQLiteCode see through it.
+type CannotCommitError struct {
+	Since time.Time // the first failure of this outage
+	Next  time.Time // when the writer next tries to commit
+	Err   error     // the latest failure
+}
+
+func (e *CannotCommitError) Error() string {
+	return fmt.Sprintf("the archive writer cannot commit since %s (retrying): %v",
+		e.Since.UTC().Format(time.RFC3339), e.Err)
+}
+func (e *CannotCommitError) Unwrap() error        { return e.Err }
+func (e *CannotCommitError) Is(target error) bool { return target == ErrCannotCommit }
+
 // SQLiteCode returns the primary SQLite result code found in err's chain
 // (for example sqlite3.SQLITE_BUSY), or 0 when there is none. Classification
 // is by code, never by message text.
@@ -163,15 +187,50 @@ func SQLiteCode(err error) int {
 	return 0
 }
 
-// IsRetryable reports whether err is a transient SQLite condition the writer
-// retries: BUSY, LOCKED, FULL, IOERR, NOMEM, INTERRUPT or SCHEMA.
+// sqliteExtendedCode is SQLiteCode with the extended bits kept (the driver
+// turns extended result codes on), or 0 when err holds no SQLite error.
+func sqliteExtendedCode(err error) int {
+	var se *sqlite.Error
+	if errors.As(err, &se) {
+		return se.Code()
+	}
+	return 0
+}
+
+// IsRetryable reports whether err is a transient SQLite condition: one that
+// a later attempt at the same transaction may not meet, because it is about
+// the machine and not about the archive. They are BUSY and LOCKED (another
+// connection holds a lock), FULL (the disk or a quota is full), IOERR (the
+// operating system failed a read, write or sync: EIO, EFBIG, ENOSPC on a
+// sync), NOMEM, INTERRUPT, SCHEMA, CANTOPEN (a sidecar could not be opened,
+// say for want of descriptors) and PROTOCOL (a WAL lock race). Each leaves
+// nothing behind: SQLite rolls the failed transaction back, and a commit
+// whose sync failed was never made visible (its frames lie past the WAL
+// index, and the next commit overwrites them).
+//
+// Not retryable, whatever else the code says: IOERR_CORRUPTFS (the
+// filesystem reports corruption), and everything IsCorrupt matches.
 func IsRetryable(err error) bool {
-	switch SQLiteCode(err) {
+	code := sqliteExtendedCode(err)
+	if code == sqlite3.SQLITE_IOERR_CORRUPTFS {
+		return false
+	}
+	switch code & 0xff {
 	case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR,
-		sqlite3.SQLITE_NOMEM, sqlite3.SQLITE_INTERRUPT, sqlite3.SQLITE_SCHEMA:
+		sqlite3.SQLITE_NOMEM, sqlite3.SQLITE_INTERRUPT, sqlite3.SQLITE_SCHEMA, sqlite3.SQLITE_CANTOPEN,
+		sqlite3.SQLITE_PROTOCOL:
 		return true
 	}
 	return false
+}
+
+// IsCorrupt reports whether err says the archive itself is damaged:
+// SQLITE_CORRUPT (any extended code), NOTADB, or IOERR_CORRUPTFS. The
+// writer stops on it and says so; retrying cannot help, and writing on
+// could spread the damage.
+func IsCorrupt(err error) bool {
+	code := sqliteExtendedCode(err)
+	return code == sqlite3.SQLITE_IOERR_CORRUPTFS || code&0xff == sqlite3.SQLITE_CORRUPT || code&0xff == sqlite3.SQLITE_NOTADB
 }
 
 // IsConstraint reports whether err is a SQLite constraint violation,

@@ -18,3 +18,16 @@ func PragmaForTest(a *Archive, name string) (string, error) {
 func CreateWithPageSizeForTest(path string, pageSize int) (*WriteHandle, error) {
 	return create(path, pageSize, writerCacheKiB)
 }
+
+// SetFaultForTest installs the writer's one fault seam (WriterOptions.fault):
+// fault is called in each of the writer's write transactions just before
+// its commit, and an error it returns fails that transaction as if SQLite
+// had.
+func SetFaultForTest(opts *WriterOptions, fault func(tx *WriteTx) error) { opts.fault = fault }
+
+// ExecForTest runs one statement in tx (a fault that sets a pragma on the
+// writer's connection, say).
+func ExecForTest(tx *WriteTx, stmt string) error {
+	_, err := tx.exec("test", stmt)
+	return err
+}

@@ -35,8 +35,11 @@ const (
 	// walAutocheckpointBytes bounds the -wal sidecar's size on disk; the
 	// time-based checkpoint bounds how stale a copy of the main file can be.
 	walAutocheckpointBytes = 4 << 20
-	// readerCacheKiB: a 256 MiB page cache took warm segment reads from 230 to
-	// 410 MB/s in the design's measurement. Negative means KiB to SQLite.
+	// readerCacheKiB is the exclusive handle's cache (OpenWrite: recovery
+	// and maintenance, one connection). A 256 MiB page cache took warm
+	// segment reads from 230 to 410 MB/s in the design's measurement; the
+	// read handle's caches are bounded by ReadOptions instead. Negative
+	// means KiB to SQLite.
 	readerCacheKiB = -262144
 	// writerCacheKiB: the writer touches the tail of a few B-trees; a small
 	// cache keeps its RSS low. It must stay below the reader cache. The

@@ -29,14 +29,75 @@ type Archive struct {
 	uuidColumn columnCache
 }
 
-// Open opens path for reading. The file must carry dendro's header stamp.
+// ReadOptions configures a read handle (OpenWithOptions). The zero value
+// of every field means its default.
+type ReadOptions struct {
+	// MemoryBytes bounds the memory the handle's connections hold, all of
+	// them together, as the process's RSS counts it: their SQLite page
+	// caches and their fixed cost (readerConnBytes each). Each connection's
+	// cache_size is its share, less that fixed cost, divided by
+	// cacheAllocFactor: SQLite counts a cached page as ~4.2 KB, and the
+	// driver's allocator hands it an 8 KiB slot (measured: RSS grew 1.90x
+	// what SQLite reported at 256 MiB, 1.93x at 64 MiB). 0 means
+	// DefaultReadMemoryBytes.
+	MemoryBytes int64
+	// MaxConns bounds the connections open at once, and so the snapshots:
+	// a View waits for a free one as long as its context allows. A View
+	// must therefore not open another View on the same handle. 0 means
+	// DefaultReadConns.
+	MaxConns int
+}
+
+// Read handle defaults. A reader's page cache mostly holds the wal rows of
+// a live tail and the catalog; segment BLOBs are read past it (SQLite reads
+// overflow pages that are not in the sidecar straight into the caller's
+// buffer), so a small cache costs little (see readerCacheKiB).
+const (
+	DefaultReadMemoryBytes = 128 << 20
+	DefaultReadConns       = 8
+	// readerConnBytes is a reader connection's memory beyond its page
+	// cache (schema, lookaside, statements): measured ~2 MiB.
+	readerConnBytes = 2 << 20
+	// cacheAllocFactor: RSS per byte of page cache SQLite reports (see
+	// ReadOptions.MemoryBytes).
+	cacheAllocFactor = 2
+	// minReaderCacheKiB is the smallest cache a reader gets whatever its
+	// share: a B-tree's path from root to leaf, many times over.
+	minReaderCacheKiB = 256
+)
+
+// withDefaults fills the zero fields.
+func (o ReadOptions) withDefaults() ReadOptions {
+	if o.MemoryBytes <= 0 {
+		o.MemoryBytes = DefaultReadMemoryBytes
+	}
+	if o.MaxConns <= 0 {
+		o.MaxConns = DefaultReadConns
+	}
+	return o
+}
+
+// cacheKiB is each connection's cache_size (negative: KiB, as SQLite takes
+// it).
+func (o ReadOptions) cacheKiB() int {
+	share := o.MemoryBytes/int64(o.MaxConns) - readerConnBytes
+	return -max(int(share/cacheAllocFactor>>10), minReaderCacheKiB)
+}
+
+// Open opens path for reading with the default ReadOptions. The file must
+// carry dendro's header stamp.
 //
 // On read-only media, where SQLite cannot create the -shm it needs for WAL
 // mode, Open reopens with immutable=1 when no -wal sidecar exists. When a
 // -wal exists it refuses instead, because immutable=1 would ignore the
 // commits in it and read the archive short.
-func Open(path string) (*Archive, error) {
-	a, err := openRead(path, false)
+func Open(path string) (*Archive, error) { return OpenWithOptions(path, ReadOptions{}) }
+
+// OpenWithOptions is Open with the handle's memory and connections bounded
+// by opts.
+func OpenWithOptions(path string, opts ReadOptions) (*Archive, error) {
+	opts = opts.withDefaults()
+	a, err := openRead(path, false, opts)
 	if err == nil {
 		return a, nil
 	}
@@ -50,23 +111,26 @@ func Open(path string) (*Archive, error) {
 	if _, statErr := os.Stat(path); statErr != nil {
 		return nil, err
 	}
-	return openRead(path, true)
+	return openRead(path, true, opts)
 }
 
-func openRead(path string, immutable bool) (*Archive, error) {
+func openRead(path string, immutable bool, opts ReadOptions) (*Archive, error) {
 	params := []string{"mode=ro"}
 	if immutable {
 		params = append(params, "immutable=1")
 	}
 	c, err := newConnector(dsn(path, params...),
 		fmt.Sprintf("PRAGMA busy_timeout=%d", defaultBusyTimeoutMS),
-		fmt.Sprintf("PRAGMA cache_size=%d", readerCacheKiB),
+		fmt.Sprintf("PRAGMA cache_size=%d", opts.cacheKiB()),
 		"PRAGMA query_only=1")
 	if err != nil {
 		return nil, err
 	}
 	db := sql.OpenDB(c)
-	db.SetMaxIdleConns(4)
+	// Every open connection may hold its whole cache, idle or not: the
+	// bound is on the connections open, and all of them may stay idle.
+	db.SetMaxOpenConns(opts.MaxConns)
+	db.SetMaxIdleConns(opts.MaxConns)
 	ctx := context.Background()
 	conn, err := db.Conn(ctx)
 	if err != nil {

@@ -48,7 +48,7 @@ func TestEachConnectionGetsItsPragmas(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	readHandle := map[string]string{"cache_size": "-262144", "query_only": "1"}
+	readHandle := map[string]string{"cache_size": "-7168", "query_only": "1"} // DefaultReadMemoryBytes / DefaultReadConns, less 2 MiB, halved
 	want(r, "Open", readHandle)
 	if err := r.VacuumInto(context.Background(), filepath.Join(t.TempDir(), "copy.dendro")); err != nil {
 		t.Fatal(err)

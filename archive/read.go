@@ -599,12 +599,63 @@ func (tx *ReadTx) newestTS(source SourceID, stream string) (ts int64, ok bool, e
 
 // SourceLastTS returns the newest row a source holds across its segments and
 // its live wal rows; ok is false when it holds none.
+//
+// It asks for the newest wal row of each stream, live or not, which is the
+// same answer: a row that is not live is at or below its stream's newest
+// segment, so below the segments' MAX(last_ts). That is one index probe per
+// stream (walStreams), where filtering by the live predicate evaluated it
+// for every wal row of the source: the cost of a restart grew with the
+// live tail (0.08 s per source at 85,000 live rows).
 func (tx *ReadTx) SourceLastTS(source SourceID) (ts int64, ok bool, err error) {
 	var v sql.NullInt64
-	err = tx.q.QueryRowContext(tx.ctx, `SELECT MAX(m) FROM (
+	err = tx.q.QueryRowContext(tx.ctx, walStreams+` SELECT MAX(m) FROM (
 		SELECT MAX(last_ts) AS m FROM segments WHERE source_id = ?1
-		UNION ALL SELECT MAX(ts) FROM wal WHERE source_id = ?1 AND `+liveRow+`)`, source).Scan(&v)
+		UNION ALL SELECT (SELECT MAX(ts) FROM wal WHERE source_id = ?1 AND stream = s.stream) FROM s WHERE s.stream IS NOT NULL)`,
+		source).Scan(&v)
 	return v.Int64, v.Valid, sqlErr("source last ts", err)
+}
+
+// walStreams is a common table s(stream) of the distinct streams source ?1
+// has wal rows in, found by one seek per stream on the wal's primary key
+// (SQLite has no skip scan without ANALYZE; a DISTINCT or GROUP BY would
+// read every wal row's index entry). Its last row is NULL.
+const walStreams = `WITH RECURSIVE s(stream) AS (
+		SELECT MIN(stream) FROM wal WHERE source_id = ?1
+		UNION ALL SELECT (SELECT MIN(stream) FROM wal WHERE source_id = ?1 AND stream > s.stream) FROM s WHERE s.stream IS NOT NULL)`
+
+// StreamSpan is one stream's Span.
+type StreamSpan struct {
+	Stream string
+	Span
+}
+
+// LiveSpans returns the span of every stream of source that has live wal
+// rows, by stream name, from the wal's primary key alone: no row is read.
+// A restart uses it to account for the live tail it inherits.
+func (tx *ReadTx) LiveSpans(source SourceID) ([]StreamSpan, error) {
+	streams, err := tx.strings(walStreams+` SELECT stream FROM s WHERE stream IS NOT NULL ORDER BY stream`, source)
+	if err != nil {
+		return nil, err
+	}
+	var out []StreamSpan
+	for _, st := range streams {
+		sp, err := tx.LiveSpan(source, st)
+		if err != nil {
+			return nil, err
+		}
+		if sp.Rows > 0 {
+			out = append(out, StreamSpan{Stream: st, Span: sp})
+		}
+	}
+	return out, nil
+}
+
+// LiveRowsBefore counts the live wal rows of a stream received before
+// cutoff.
+func (tx *ReadTx) LiveRowsBefore(source SourceID, stream string, cutoff int64) (int64, error) {
+	var n int64
+	err := tx.q.QueryRowContext(tx.ctx, `SELECT COUNT(*) FROM wal WHERE `+liveStream+` AND ts < ?3`, source, stream, cutoff).Scan(&n)
+	return n, sqlErr("live rows before", err)
 }
 
 // ClockOffsets returns a source's clock observations by ts.

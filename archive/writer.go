@@ -5,7 +5,7 @@ package archive
 // Every mutation of a live archive goes through one goroutine, which owns the
 // only writing connection and every piece of cached writer state (each
 // stream's next seq, its sealed watermark, resumed sources' floors, the
-// newest ts handed out per stream). The design rests on five invariants:
+// newest ts handed out per stream). The design rests on six invariants:
 //
 //  1. One writer. A second writing connection would stall on SQLite's write
 //     lock for busy_timeout before failing, which against a steady append
@@ -38,6 +38,15 @@ package archive
 //     (AppendWait with stamp) take their ts from the writer itself, strictly
 //     increasing per stream, so no row can be on its way below a watermark.
 //
+//  6. A transient failure changes nothing but the outage. SQLite rolls a
+//     failed transaction back, and the writer's cached seqs, watermarks
+//     and queued prunes move only after a commit (an epoch bumped for a
+//     write that then failed only makes a seal in flight read again), so
+//     after any number of failed commits the cache still describes the
+//     file, and the first commit that succeeds needs no recovery. A writer in an
+//     outage answers writes at once with the outage's error rather than
+//     queueing them: the channel's one slot stays the only buffer.
+//
 // The one exception to "everything on the writer goroutine" is a seal's
 // encode: the writer hands a snapshot of the rows to one encoder goroutine,
 // which returns a segment as a value; the writer alone commits it, after
@@ -50,10 +59,12 @@ package archive
 // file and removes -wal and -shm if no one else has the file open) and
 // finally releases the advisory lock.
 //
-// Failure policy: retryable SQLite codes are retried 10/50/250 ms; a
-// constraint failure is isolated to its source; 30 consecutive dropped ticks,
-// an encoder failure, or any other error stops the writer, and every handle
-// then reports that error (ErrWriterStopped).
+// Failure policy (writer_failure.go): a constraint failure is isolated to
+// its source; a transient failure (a full disk, EIO, a held lock) never
+// stops the writer: it is retried in place, then on a backoff, while writes
+// are refused with ErrCannotCommit, until a commit succeeds again (invariant
+// 6); corruption, an encoder failure or any other error stops the writer,
+// and every handle then reports that error (ErrWriterStopped).
 //
 // Where each part lives: this file holds the options, the handle and its
 // open; writer_api.go the messages and the calls that send them;
@@ -92,13 +103,12 @@ const (
 	// pruneMaxDelay bounds how long a deferred prune (WriterOptions.
 	// DeferPrunes) waits for a Prune.
 	pruneMaxDelay = 5 * time.Second
-	// maxConsecutiveDroppedTicks stops a writer that can no longer commit.
-	maxConsecutiveDroppedTicks = 30
 	// implementation is recorded in writer_sessions.
 	implementation = "dendro-receiver/archive 0.1.0"
 )
 
-// retryBackoff is the retry schedule for retryable SQLite failures.
+// retryBackoff is the in-place retry schedule for transient failures of a
+// healthy writer (writer_failure.go; an outage has a backoff of its own).
 var retryBackoff = [...]time.Duration{10 * time.Millisecond, 50 * time.Millisecond, 250 * time.Millisecond}
 
 // WriterOptions configures a Writer. The zero value of every field but
@@ -157,6 +167,12 @@ type WriterOptions struct {
 	// appends and should not wait for idle CPU. EncodeOn must call encode
 	// exactly once; it may return before encode does.
 	EncodeOn func(behind bool, encode func())
+
+	// fault, when set, is called in each of the writer's write
+	// transactions just before its commit; an error it returns fails the
+	// transaction as if SQLite had, and it is rolled back. The one seam for
+	// injected faults (tests, through export_test.go).
+	fault func(tx *WriteTx) error
 }
 
 func (o *WriterOptions) setDefaults() error {
@@ -191,6 +207,7 @@ type Writer struct {
 
 	mu      sync.Mutex
 	failure error              // the stored failure, once the loop stopped on one
+	outage  *CannotCommitError // the loop's outage as last published; nil while it commits
 	dropped map[SourceID]int64 // rows dropped out of order, per source
 
 	stats writerCounters
@@ -203,7 +220,7 @@ type WriterStats struct {
 	Commits          int64 // append transactions committed
 	RowsCommitted    int64
 	RowsDropped      int64 // out of order, below a resume floor, or a failed tick
-	DroppedTicks     int64 // append transactions lost to retryable failures
+	DroppedTicks     int64 // appends (and clock observations) lost to transient failures
 	Retries          int64
 	CommitNanos      int64 // total time in append commits
 	Seals            int64 // segments written
@@ -235,6 +252,11 @@ type WriterStats struct {
 	// 2 x MaxSealRows live rows past the rows they took (EncodeOn's
 	// behind): the encoding was falling behind the appends.
 	SealsBehind int64
+	// Outages counts the times the writer found it could not commit (a
+	// transient failure outlasted the in-place retries); Probes the idle
+	// writes it made in them to learn whether it can again. Health tells
+	// whether one is in progress.
+	Outages, Probes int64
 }
 
 type writerCounters struct {
@@ -242,6 +264,7 @@ type writerCounters struct {
 	seals, segmentBytes, sealNanos, deferredSeals, compactions, evictions     atomic.Int64
 	evictedSegments, evictedLiveRows, checkpoints, checkpointErrors, reclaims atomic.Int64
 	pagesWritten, groupedCommits, groupFallbacks, prunedRows, sealsBehind     atomic.Int64
+	outages, probes                                                           atomic.Int64
 	cacheBytes                                                                atomic.Int64 // a gauge
 }
 
@@ -258,6 +281,7 @@ func (w *Writer) Stats() WriterStats {
 		PagesWritten: c.pagesWritten.Load(), GroupedCommits: c.groupedCommits.Load(),
 		GroupFallbacks: c.groupFallbacks.Load(), CacheBytes: c.cacheBytes.Load(),
 		PrunedRows: c.prunedRows.Load(), SealsBehind: c.sealsBehind.Load(),
+		Outages: c.outages.Load(), Probes: c.probes.Load(),
 	}
 }
 

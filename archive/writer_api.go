@@ -12,6 +12,29 @@ func (w *Writer) Err() error {
 	return w.failure
 }
 
+// Health reports whether the writer can commit now: nil while it can; a
+// *CannotCommitError (ErrCannotCommit) while its writes fail with a
+// transient error and it keeps trying (a full disk, EIO); the stored
+// *WriterError (ErrWriterStopped) once it stopped on a failure; ErrClosed
+// once it was closed. A server answers "not ready" while it is not nil.
+func (w *Writer) Health() error {
+	w.mu.Lock()
+	failure, outage := w.failure, w.outage
+	w.mu.Unlock()
+	switch {
+	case failure != nil:
+		return failure
+	case outage != nil:
+		return outage
+	}
+	select {
+	case <-w.done:
+		return ErrClosed
+	default:
+		return nil
+	}
+}
+
 // DroppedOutOfOrder is how many rows of source were dropped for being at or
 // below their stream's sealed watermark.
 func (w *Writer) DroppedOutOfOrder(source SourceID) int64 {

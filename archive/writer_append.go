@@ -28,6 +28,9 @@ func (t *tick) entry(src SourceID, stream string) *StreamResult {
 // appendTick commits one tick: floors and watermarks filter rows, then ONE
 // transaction inserts every source's rows (one fsync).
 func (l *loop) appendTick(ticks []SourceRows, stamp bool) AppendResult {
+	if !l.mayWrite() {
+		return l.refuse(ticks)
+	}
 	t, ok := l.prepareTick(ticks, stamp)
 	if ok {
 		l.commitTick(t)
@@ -35,12 +38,31 @@ func (l *loop) appendTick(ticks []SourceRows, stamp bool) AppendResult {
 	return t.res
 }
 
+// refuse answers an append in an outage without touching the disk: every
+// row dropped, with the outage's error (invariant 6).
+func (l *loop) refuse(ticks []SourceRows) AppendResult {
+	n := 0
+	for _, t := range ticks {
+		n += len(t.Rows)
+	}
+	l.w.stats.droppedTicks.Add(1)
+	l.w.stats.rowsDropped.Add(int64(n))
+	return AppendResult{Streams: droppedAll(ticks, l.cannotCommit())}
+}
+
 // appendGroup commits several waiting appends in one transaction (group
 // commit: one fsync for all). Each append is whole in that transaction and
 // its caller is answered only after the commit, so what a reply promises is
-// unchanged. If the shared transaction fails, each append is committed on
-// its own, so one append's failure is not another's.
+// unchanged. If the shared transaction fails on a constraint, each append
+// is committed on its own, so one append's bad rows are not another's; a
+// transient failure is every append's (each would only meet it again).
 func (l *loop) appendGroup(msgs []msgAppend) {
+	if !l.mayWrite() {
+		for _, m := range msgs {
+			m.reply <- l.refuse(m.ticks)
+		}
+		return
+	}
 	ticks := make([]*tick, len(msgs))
 	var rows int
 	for i, m := range msgs {
@@ -62,24 +84,26 @@ func (l *loop) appendGroup(msgs []msgAppend) {
 	}
 	if rows > 0 {
 		begin := time.Now()
-		err := l.update(func(tx *WriteTx) error {
-			for _, t := range ticks {
-				for _, k := range t.kept {
-					if err := tx.InsertWALRows(k.Source, k.Rows); err != nil {
-						return err
+		err := l.withRetries(func() error {
+			return l.update(func(tx *WriteTx) error {
+				for _, t := range ticks {
+					for _, k := range t.kept {
+						if err := tx.InsertWALRows(k.Source, k.Rows); err != nil {
+							return err
+						}
 					}
 				}
-			}
-			return nil
+				return nil
+			})
 		})
 		l.w.stats.commitNanos.Add(int64(time.Since(begin)))
-		if err == nil {
+		switch {
+		case err == nil:
 			for _, t := range ticks {
 				l.committed(t)
 			}
-			l.consecutiveDropped = 0
 			l.w.stats.groupedCommits.Add(1)
-		} else {
+		case IsConstraint(err):
 			l.w.stats.groupFallbacks.Add(1)
 			for _, t := range ticks {
 				if !l.failed() {
@@ -89,6 +113,18 @@ func (l *loop) appendGroup(msgs []msgAppend) {
 						l.lost(t, k, l.w.stoppedErr())
 					}
 				}
+			}
+		default:
+			for _, t := range ticks {
+				for _, k := range t.kept {
+					l.lost(t, k, err)
+				}
+				if len(t.kept) > 0 {
+					l.w.stats.droppedTicks.Add(1)
+				}
+			}
+			if !IsRetryable(err) {
+				l.fail(err)
 			}
 		}
 	}
@@ -123,6 +159,13 @@ func (l *loop) prepareTick(ticks []SourceRows, stamp bool) (*tick, bool) {
 	if stamp {
 		if err := l.stamp(ticks); err != nil {
 			t.res.Streams = droppedAll(ticks, err)
+			if IsRetryable(err) {
+				// The stamp's read failed (EIO): the tick is lost like a
+				// failed commit, and the writer goes on.
+				l.w.stats.droppedTicks.Add(1)
+				l.wrote(err)
+				return t, true
+			}
 			l.fail(err)
 			return t, false
 		}
@@ -180,7 +223,7 @@ func (l *loop) prepareTick(ticks []SourceRows, stamp bool) (*tick, bool) {
 	return t, true
 }
 
-// commitTick commits a prepared tick in one transaction, with retries; a
+// commitTick commits a prepared tick in one transaction (withRetries); a
 // constraint failure is isolated to its source by recommitting each source
 // alone.
 func (l *loop) commitTick(t *tick) {
@@ -202,7 +245,6 @@ func (l *loop) commitTick(t *tick) {
 	switch {
 	case err == nil:
 		l.committed(t)
-		l.consecutiveDropped = 0
 	case IsConstraint(err):
 		// Isolate the offending source: recommit each on its own.
 		any := false
@@ -223,16 +265,14 @@ func (l *loop) commitTick(t *tick) {
 				return
 			}
 		}
-		if any {
-			l.consecutiveDropped = 0
-		} else {
-			l.droppedTick(err)
+		if !any {
+			l.w.stats.droppedTicks.Add(1)
 		}
 	case IsRetryable(err):
 		for _, k := range t.kept {
 			l.lost(t, k, err)
 		}
-		l.droppedTick(err)
+		l.w.stats.droppedTicks.Add(1)
 	default:
 		for _, k := range t.kept {
 			l.lost(t, k, err)

@@ -50,9 +50,17 @@ type loop struct {
 
 	groupTimer *time.Timer // applyOrGroup's wait for appends on their way; stopped when unused
 
-	opened, finalized  int // sources added or resumed, and finalized, this session
-	consecutiveDropped int
-	lastCheckpoint     time.Time
+	opened, finalized int // sources added or resumed, and finalized, this session
+	lastCheckpoint    time.Time
+
+	// The failure policy's state (writer_failure.go): down is the outage in
+	// progress (nil while commits succeed); upAgain is when the last one
+	// ended and lastBackoff the backoff it had reached (outageFlapGuard);
+	// warnedDown when the outage was last logged.
+	down        *outage
+	upAgain     time.Time
+	lastBackoff time.Duration
+	warnedDown  time.Time
 }
 
 func (l *loop) view(fn func(*ReadTx) error) error {
@@ -65,6 +73,15 @@ func (l *loop) view(fn func(*ReadTx) error) error {
 }
 
 func (l *loop) update(fn func(*WriteTx) error) error {
+	if l.opts.fault != nil {
+		inner := fn
+		fn = func(tx *WriteTx) error {
+			if err := inner(tx); err != nil {
+				return err
+			}
+			return l.opts.fault(tx)
+		}
+	}
 	// Every transaction also writes the staged metadata (writer_staged.go).
 	staged := l.w.staged.take()
 	err := update(context.Background(), l.conn, l.insertWAL, func(tx *WriteTx) error {
@@ -132,8 +149,17 @@ func (l *loop) run() {
 		// Prunes run at once where they are due (after a seal without
 		// DeferPrunes, at a Prune, Sync, eviction or Close); here only
 		// those deferred or failed for pruneMaxDelay.
-		if len(l.prunes) > 0 && time.Since(l.pruneSince) >= pruneMaxDelay {
+		if len(l.prunes) > 0 && time.Since(l.pruneSince) >= pruneMaxDelay && l.mayWrite() {
 			l.prunePending()
+		}
+		// In an outage, an idle writer probes when its backoff has passed
+		// (writer_failure.go): nothing else would tell it that the disk has
+		// room again.
+		if l.down != nil && l.mayWrite() {
+			l.probe()
+			if l.failed() {
+				return
+			}
 		}
 		wake := time.Hour
 		if checkpoints {
@@ -141,6 +167,9 @@ func (l *loop) run() {
 		}
 		if len(l.prunes) > 0 {
 			wake = min(wake, pruneMaxDelay-time.Since(l.pruneSince))
+		}
+		if l.down != nil {
+			wake = min(wake, time.Until(l.down.next))
 		}
 		timer.Reset(max(wake, time.Millisecond))
 	}
@@ -151,7 +180,11 @@ func (l *loop) checkpoint() error {
 	_, err := l.conn.ExecContext(context.Background(), "PRAGMA wal_checkpoint(PASSIVE)")
 	if err != nil {
 		l.w.stats.checkpointErrors.Add(1)
-		l.log.Warn("passive checkpoint failed", "err", err)
+		if l.down == nil {
+			l.log.Warn("passive checkpoint failed", "err", err)
+		} else {
+			l.log.Debug("passive checkpoint failed in an outage", "err", err) // the outage is logged
+		}
 		return sqlErr("checkpoint", err)
 	}
 	l.w.stats.checkpoints.Add(1)
@@ -234,9 +267,17 @@ func (l *loop) apply(msg message) {
 	case msgSeal:
 		l.queueSeal(m)
 	case msgAddSource:
+		if !l.mayWrite() {
+			m.reply <- result[*Source]{err: l.cannotCommit()}
+			return
+		}
 		s, err := l.addSource(m.spec, m.uuid)
 		m.reply <- result[*Source]{s, err}
 	case msgResume:
+		if !l.mayWrite() {
+			m.reply <- result[*Source]{err: l.cannotCommit()}
+			return
+		}
 		if l.drainSeals(); l.failed() {
 			m.reply <- result[*Source]{err: l.w.stoppedErr()}
 			return
@@ -245,6 +286,7 @@ func (l *loop) apply(msg message) {
 		s, err := l.resume(m.source, m.anchor)
 		m.reply <- result[*Source]{s, err}
 	case msgEvict:
+		// Even in an outage: retention is what frees space.
 		if l.drainSeals(); l.failed() {
 			m.reply <- result[Evicted]{err: l.w.stoppedErr()}
 			return
@@ -254,9 +296,14 @@ func (l *loop) apply(msg message) {
 		ev, err := l.evict(m.source, m.cutoff, m.remove)
 		m.reply <- result[Evicted]{ev, err}
 	case msgPatch:
-		err := l.withRetries(func() error {
-			return l.update(func(tx *WriteTx) error { return tx.PatchMetadata(m.source, m.patch) })
-		})
+		var err error
+		if l.mayWrite() {
+			err = l.withRetries(func() error {
+				return l.update(func(tx *WriteTx) error { return tx.PatchMetadata(m.source, m.patch) })
+			})
+		} else {
+			err = l.cannotCommit()
+		}
 		if err != nil {
 			l.log.Warn("metadata patch skipped", "source", m.source, "err", err)
 		}
@@ -268,10 +315,14 @@ func (l *loop) apply(msg message) {
 		if l.drainSeals(); l.failed() {
 			return
 		}
+		if !l.mayWrite() {
+			l.w.stats.droppedTicks.Add(1)
+			return
+		}
 		err := l.withRetries(func() error {
 			return l.update(func(tx *WriteTx) error { return tx.InsertClockOffset(m.source, m.ts, m.offsetNS) })
 		})
-		l.afterTickError(err)
+		l.afterWriteError(err)
 	case msgSync:
 		if l.sealing != nil {
 			l.syncWaiters = append(l.syncWaiters, m.reply) // answered by answerSeal
@@ -294,19 +345,29 @@ func (l *loop) apply(msg message) {
 				return tx.MarkComplete(m.source)
 			})
 		})
-		if err != nil {
-			l.fail(fmt.Errorf("finalize source %d: %w", m.source, err))
-		} else {
+		switch {
+		case err == nil:
 			l.finalized++
+		case IsRetryable(err):
+			// Not fatal: the source stays incomplete, as after a crash, and
+			// the next session resumes it.
+			l.log.Warn("finalize failed; the source stays incomplete", "source", m.source, "err", err)
+		default:
+			l.fail(fmt.Errorf("finalize source %d: %w", m.source, err))
 		}
 		m.reply <- result[struct{}]{err: err}
 	case msgCompact:
+		if !l.mayWrite() {
+			m.reply <- result[Compacted]{err: l.cannotCommit()}
+			return
+		}
 		if l.drainSeals(); l.failed() {
 			m.reply <- result[Compacted]{err: l.w.stoppedErr()}
 			return
 		}
 		l.epoch[m.source]++
-		c, err := compactStream(context.Background(), l.view, l.update, m.source, m.stream, m.targetRows, m.merger)
+		txn := func(fn func(*WriteTx) error) error { return l.withRetries(func() error { return l.update(fn) }) }
+		c, err := compactStream(context.Background(), l.view, txn, m.source, m.stream, m.targetRows, m.merger)
 		l.w.stats.compactions.Add(int64(c.Merges))
 		if err == nil && c.Merges > 0 {
 			l.reclaimIfFragmented()

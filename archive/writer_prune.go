@@ -25,8 +25,8 @@ func (l *loop) queuePrune(k streamKey, upto int64) {
 // together rewrite or free each such page once. A failure only leaves the
 // rows for the next attempt.
 func (l *loop) prunePending() {
-	if len(l.prunes) == 0 {
-		return
+	if len(l.prunes) == 0 || !l.mayWrite() {
+		return // in an outage, the rows wait: hidden, and retried with the next attempt
 	}
 	keys := make([]streamKey, 0, len(l.prunes))
 	for k := range l.prunes {

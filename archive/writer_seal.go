@@ -92,6 +92,15 @@ func (l *loop) queueSeal(m msgSeal) {
 		}
 		return
 	}
+	if !l.mayWrite() {
+		// In an outage a seal would read and encode its rows only to fail
+		// its commit: it is deferred at once, and its rows stay live.
+		l.w.stats.deferredSeals.Add(1)
+		if m.reply != nil {
+			m.reply <- result[[]Sealed]{err: l.cannotCommit()}
+		}
+		return
+	}
 	l.startSeal(&sealJob{msg: m, begin: time.Now()})
 }
 

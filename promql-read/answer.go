@@ -69,6 +69,7 @@ func (pc *pieces) floatsInto(mint, maxt int64, dst []promsample.Sample) (out []p
 
 // accumulator gathers the pieces of each series of one Select.
 type accumulator struct {
+	ctx    context.Context // the question's: a wait for memory ends with it
 	x      *seriesindex.Index
 	byRef  map[seriesindex.Ref]*pieces
 	order  []*pieces // as first seen
@@ -76,8 +77,8 @@ type accumulator struct {
 	raw    int // floats and histograms added
 }
 
-func newAccumulator(x *seriesindex.Index, b *budget) *accumulator {
-	return &accumulator{x: x, byRef: map[seriesindex.Ref]*pieces{}, budget: b}
+func newAccumulator(ctx context.Context, x *seriesindex.Index, b *budget) *accumulator {
+	return &accumulator{ctx: ctx, x: x, byRef: map[seriesindex.Ref]*pieces{}, budget: b}
 }
 
 // addRef records one piece of series ref; hasFloats says the series has a
@@ -98,7 +99,7 @@ func (a *accumulator) addRef(ref seriesindex.Ref, fl []promsample.Sample, hs []p
 	if len(fl)+len(hs)+len(ex) == 0 {
 		return nil
 	}
-	if err := a.budget.take(len(fl) + len(hs)); err != nil {
+	if err := a.budget.take(a.ctx, len(fl), len(hs)); err != nil {
 		return err
 	}
 	a.raw += len(fl) + len(hs)

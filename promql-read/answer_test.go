@@ -19,7 +19,7 @@ import (
 // with overlapping, repeated or disjoint spans, some in one; a few also
 // have an extra piece and histograms. It returns the selection and the answer a model merge gives.
 func randomSelection(t testing.TB, rng *rand.Rand, n int, mint, maxt int64) (*selection, []*series) {
-	sel, want, err := randomSelectionBudget(t, rng, n, mint, maxt, newBudget(0))
+	sel, want, err := randomSelectionBudget(t, rng, n, mint, maxt, &budget{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +66,7 @@ func randomSelectionBudget(t testing.TB, rng *rand.Rand, n int, mint, maxt int64
 		extra = append(extra, ex)
 	}
 	x := seriesindex.New()
-	acc := newAccumulator(x, b)
+	acc := newAccumulator(context.Background(), x, b)
 	p := selectParams{mint: mint, maxt: maxt}
 	var err error
 	add := func(s promsample.Series) {
@@ -129,7 +129,7 @@ func checkBudget(t *testing.T, rng *rand.Rand, decode func(*selection, paralleli
 	}
 	for _, limit := range []int{total / 2, total * 4} {
 		for _, par := range []parallelism{{workers: 1}, {workers: 3, runSamples: 500}} {
-			sel, _, err := randomSelectionBudget(t, rand.New(rand.NewSource(seed)), 300, math.MinInt64, math.MaxInt64, newBudget(limit))
+			sel, _, err := randomSelectionBudget(t, rand.New(rand.NewSource(seed)), 300, math.MinInt64, math.MaxInt64, &budget{limit: int64(limit)})
 			if err == nil {
 				err = decode(sel, par)
 			}

@@ -20,7 +20,22 @@ var (
 	// ErrOverloaded is returned when Options.MaxConcurrency requests are
 	// already running and the request's wait for a slot timed out.
 	ErrOverloaded = errors.New("promread: too many concurrent queries")
+	// ErrTooMuchMemory is returned by a question whose answer would hold
+	// more memory than Options.MemoryPerQuery allows.
+	ErrTooMuchMemory = errors.New("promread: query would hold too much memory")
 )
+
+// MemoryLimitError reports a question over its memory share: Need bytes
+// (an estimate of what its answer holds) against Limit.
+type MemoryLimitError struct{ Need, Limit int64 }
+
+func (e *MemoryLimitError) Error() string {
+	return fmt.Sprintf("the answer would hold about %d MiB, more than the %d MiB a query may under --memory.limit: narrow the matchers or the time range",
+		(e.Need+1<<20-1)>>20, e.Limit>>20) // rounded up, so that the two never read the same
+}
+
+// Is makes MemoryLimitError match ErrTooMuchMemory.
+func (e *MemoryLimitError) Is(target error) bool { return target == ErrTooMuchMemory }
 
 // SampleLimitError reports a sample budget overrun with the limit.
 type SampleLimitError struct{ Limit int }
@@ -62,7 +77,7 @@ func classify(err error) (errorType, int) {
 	switch {
 	case errors.Is(err, ErrBadRequest):
 		return errorBadData, http.StatusBadRequest
-	case errors.Is(err, ErrTooManySamples), errors.As(err, &tooMany):
+	case errors.Is(err, ErrTooManySamples), errors.As(err, &tooMany), errors.Is(err, ErrTooMuchMemory):
 		return errorExec, http.StatusUnprocessableEntity
 	case errors.Is(err, ErrOverloaded):
 		return errorUnavailable, http.StatusServiceUnavailable

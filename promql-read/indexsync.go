@@ -250,10 +250,17 @@ func (s *store) syncAll(ctx context.Context, nc nameConstraint) error {
 // segments' tables are read in one snapshot and indexed on every
 // processor.
 func (q *Queryable) Warm(ctx context.Context) error {
+	started := time.Now()
 	if err := q.s.warmSegments(ctx); err != nil {
 		return err
 	}
-	return q.s.syncAll(ctx, nameConstraint{all: true})
+	segs := time.Since(started)
+	if err := q.s.syncAll(ctx, nameConstraint{all: true}); err != nil {
+		return err
+	}
+	q.s.opts.Logger.Debug("warmed the read index", "segments_took", segs.Round(time.Millisecond),
+		"tails_took", (time.Since(started) - segs).Round(time.Millisecond), "series", q.s.x.Len())
+	return nil
 }
 
 // warmSegments indexes every segment not yet indexed, parsing and

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/dendro-receiver/dendro-receiver/membudget"
 	"github.com/dendro-receiver/dendro-receiver/seriesindex"
 )
 
@@ -40,6 +41,17 @@ type Options struct {
 	// Queryable's own, built from the archive as questions read it (Warm
 	// builds all of it).
 	Series *seriesindex.Index
+	// Memory, when set, is the process's memory budget: every question
+	// (a PromQL query, a remote-read request) reserves from it what its
+	// answer holds as it decodes, in steps of memoryStep, and releases it
+	// when answered. A reservation that does not fit waits for others to
+	// release, as long as the question's context allows (answered 503 when
+	// it runs out); one larger than MemoryPerQuery is refused at once
+	// (422, like a query over MaxSamples).
+	Memory *membudget.Budget
+	// MemoryPerQuery is the most one question may reserve from Memory;
+	// 0 means Memory's whole limit.
+	MemoryPerQuery int64
 }
 
 // Defaults.

@@ -52,15 +52,17 @@ func (q *Queryable) CacheStats() CacheStats { return q.s.cache.stats() }
 
 // Querier returns a querier over [mint, maxt] (Unix ms, inclusive). It
 // holds no snapshot: each Select takes its own. All Selects of one querier
-// share one Options.MaxSamples budget.
+// share one Options.MaxSamples budget, and one reservation of
+// Options.Memory, released by Close (the PromQL engine closes its querier
+// once the query is evaluated).
 func (q *Queryable) Querier(mint, maxt int64) (storage.Querier, error) {
-	return &querier{s: q.s, mint: mint, maxt: maxt, budget: newBudget(q.s.opts.MaxSamples)}, nil
+	return &querier{s: q.s, mint: mint, maxt: maxt, budget: q.s.newBudget()}, nil
 }
 
 // ChunkQuerier returns a querier whose series come as XOR (and histogram)
 // chunks of at most 120 samples.
 func (q *Queryable) ChunkQuerier(mint, maxt int64) (storage.ChunkQuerier, error) {
-	return &chunkQuerier{querier{s: q.s, mint: mint, maxt: maxt, budget: newBudget(q.s.opts.MaxSamples)}}, nil
+	return &chunkQuerier{querier{s: q.s, mint: mint, maxt: maxt, budget: q.s.newBudget()}}, nil
 }
 
 // ExemplarQuerier returns a querier of stored exemplars.
@@ -74,7 +76,10 @@ type querier struct {
 	budget     *budget
 }
 
-func (q *querier) Close() error { return nil }
+func (q *querier) Close() error {
+	q.budget.release()
+	return nil
+}
 
 func (q *querier) params(hints *storage.SelectHints, ms []*labels.Matcher) selectParams {
 	p := selectParams{mint: q.mint, maxt: q.maxt, matchers: ms, budget: q.budget}

@@ -124,7 +124,8 @@ func (api *API) readError(w http.ResponseWriter, err error) {
 // goroutines for a large answer (see samplesAnswer); what is held is the
 // compressed answer and one run's buffers per goroutine.
 func (api *API) sampledRead(ctx context.Context, w http.ResponseWriter, queries []selectParams) {
-	b := newBudget(api.opts.MaxSamples)
+	b := api.s.newBudget()
+	defer b.release() // the answer is written by then
 	ans := samplesAnswer{sels: make([]*selection, len(queries))}
 	for i, q := range queries {
 		q.budget = b
@@ -230,9 +231,10 @@ func (api *API) streamRead(ctx context.Context, w http.ResponseWriter, queries [
 			return
 		}
 		for _, bq := range batches {
-			bq.budget = newBudget(api.opts.MaxSamples)
+			bq.budget = api.s.newBudget()
 			got, err := api.s.selectSeries(ctx, bq)
 			if err != nil {
+				bq.budget.release()
 				fail(err)
 				return
 			}
@@ -243,11 +245,13 @@ func (api *API) streamRead(ctx context.Context, w http.ResponseWriter, queries [
 			}
 			for i, sr := range got {
 				if err := fw.writeSeries(int64(qi), sr); err != nil {
+					bq.budget.release()
 					fail(err)
 					return
 				}
 				got[i] = nil // let the series go as soon as it is sent
 			}
+			bq.budget.release() // this batch is sent
 		}
 	}
 	if !started {

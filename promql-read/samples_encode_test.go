@@ -39,7 +39,7 @@ func gogoResponse(results [][]*series) *prompb.ReadResponse {
 
 // selectionOf wraps decoded series as a selection (one decoded piece each).
 func selectionOf(res []*series) *selection {
-	sel := &selection{mint: math.MinInt64, maxt: math.MaxInt64, budget: newBudget(0)}
+	sel := &selection{mint: math.MinInt64, maxt: math.MaxInt64, budget: &budget{}}
 	for _, sr := range res {
 		pc := &pieces{lbls: sr.lbls}
 		if len(sr.floats) > 0 {

@@ -3,17 +3,20 @@ package promread
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"github.com/prometheus/prometheus/model/labels"
 
 	"github.com/dendro-receiver/dendro-receiver/archive"
 	"github.com/dendro-receiver/dendro-receiver/encoders/promsample"
+	"github.com/dendro-receiver/dendro-receiver/membudget"
 	"github.com/dendro-receiver/dendro-receiver/seriesindex"
 )
 
@@ -43,23 +46,104 @@ type series struct {
 	exemplars []promsample.Exemplar  // by T
 }
 
-// budget counts samples against a limit shared by every Select of one
-// question (a PromQL query, a remote-read request).
+// budget counts what one question (a PromQL query, a remote-read
+// request) holds, shared by all its Selects: samples against MaxSamples,
+// and, with Options.Memory, their bytes against the process's memory
+// budget (a reservation grown as the answer grows, released by release).
 type budget struct {
 	limit int64
 	used  atomic.Int64
+
+	mem  *membudget.Budget // nil: samples only
+	most int64             // bytes one question may reserve
+	mu   sync.Mutex
+	res  *membudget.Reservation
+	held int64 // bytes the pieces taken so far hold (an estimate)
 }
 
-func newBudget(limit int) *budget { return &budget{limit: int64(limit)} }
+func (s *store) newBudget() *budget {
+	b := &budget{limit: int64(s.opts.MaxSamples), mem: s.opts.Memory, most: s.opts.MemoryPerQuery}
+	if b.mem != nil && (b.most <= 0 || b.most > b.mem.Limit()) {
+		b.most = b.mem.Limit()
+	}
+	return b
+}
 
-func (b *budget) take(n int) error {
-	if b == nil || b.limit <= 0 {
+// What an answer holds, per sample it takes: a float is 16 bytes in its
+// piece and 16 more once the pieces are merged (or encoded); a histogram
+// is its struct and a few spans and buckets. Estimates: reservations are
+// about the order of memory, not its bytes.
+const (
+	floatBytes     = 32
+	histogramBytes = 320
+	// memoryStep is the least a reservation grows by, so that a large
+	// answer does not take the budget's lock for every piece.
+	memoryStep = 1 << 20
+)
+
+// take counts floats and histograms a question is about to hold; it
+// returns *SampleLimitError over MaxSamples, ErrTooMuchMemory over
+// MemoryPerQuery, or ctx's error when the memory did not come in time.
+func (b *budget) take(ctx context.Context, floats, hists int) error {
+	if b == nil {
 		return nil
 	}
-	if b.used.Add(int64(n)) > b.limit {
+	if b.limit > 0 && b.used.Add(int64(floats+hists)) > b.limit {
 		return &SampleLimitError{Limit: int(b.limit)}
 	}
-	return nil
+	if b.mem == nil {
+		return nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.held += int64(floats)*floatBytes + int64(hists)*histogramBytes
+	if b.held > b.most {
+		return &MemoryLimitError{Need: b.held, Limit: b.most}
+	}
+	have := int64(0)
+	if b.res != nil {
+		have = b.res.Bytes()
+	}
+	if b.held <= have {
+		return nil
+	}
+	grow := min(max(b.held-have, memoryStep), b.most-have)
+	if b.res == nil {
+		r, err := b.mem.Reserve(ctx, grow)
+		if err != nil {
+			return memoryErr(err, b)
+		}
+		b.res = r
+		return nil
+	}
+	return memoryErr(b.res.Grow(ctx, grow), b)
+}
+
+// memoryErr turns a reservation's failure into the read path's errors.
+func memoryErr(err error, b *budget) error {
+	if err == nil {
+		return nil
+	}
+	var ex *membudget.ExceedsError
+	if errors.As(err, &ex) {
+		return &MemoryLimitError{Need: b.held, Limit: b.most}
+	}
+	return fmt.Errorf("waiting for memory to read into: %w", err)
+}
+
+// release gives the question's memory back; its answer must no longer be
+// held (or be about to be dropped).
+func (b *budget) release() {
+	if b == nil || b.mem == nil {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.res != nil {
+		b.res.Release()
+		b.res = nil
+	}
+	b.held = 0
 }
 
 // selectParams is one Select.
@@ -240,7 +324,7 @@ func (s *store) selectPieces(ctx context.Context, p selectParams) (*selection, e
 	if p.mint > p.maxt {
 		return nil, nil
 	}
-	acc := newAccumulator(s.x, p.budget)
+	acc := newAccumulator(ctx, s.x, p.budget)
 	nc := constrainNames(p.matchers)
 	if !nc.all && len(nc.names) == 0 {
 		return nil, nil

@@ -54,23 +54,25 @@ type tail struct {
 }
 
 // tailPart is the decoded rows of one unit run.
+//
+// At a million series a stream's open epoch holds ~125 k series with a
+// few samples each, so per-series state, not samples, is what the tail's
+// memory is made of: a series costs a part a map entry, its bytes (see
+// packState) and the 24 bytes of state that appending to them needs.
 type tailPart struct {
-	epoch   uint64 // format 2
-	v1      bool   // a run of format-1 rows
-	rows    int64
-	firstTS int64
-	lastTS  int64
-	closed  bool // a close marker ended it
-	series  []tailSeries
-	byRef   map[seriesindex.Ref]uint32
-	locals  []int32 // format 2: local id -> index in series, -1 if none
-	extras  map[uint32]*tailExtras
-}
-
-// tailSeries is one series' samples in one part, packed (see fpack).
-type tailSeries struct {
-	ref seriesindex.Ref
-	fl  fpack
+	epoch      uint64 // format 2
+	v1         bool   // a run of format-1 rows
+	rows       int64
+	firstTS    int64
+	lastTS     int64
+	closed     bool  // a close marker ended it
+	minT, maxT int64 // sample-time span of its samples
+	byRef      map[seriesindex.Ref]uint32
+	bufs       [][]byte          // per series (byRef's values): its samples, packed
+	st         []packState       // per series: where its packing stands
+	refs       []seriesindex.Ref // per series: its Ref
+	locals     []int32           // format 2: local id -> index in bufs, -1 if none
+	extras     map[uint32]*tailExtras
 }
 
 type tailExtras struct {
@@ -79,18 +81,102 @@ type tailExtras struct {
 }
 
 func newTailPart(h promsample.RowHeader, ts int64) *tailPart {
-	return &tailPart{epoch: h.Epoch, v1: h.Format == 1, firstTS: ts, lastTS: ts, byRef: map[seriesindex.Ref]uint32{}}
+	return &tailPart{epoch: h.Epoch, v1: h.Format == 1, firstTS: ts, lastTS: ts, byRef: map[seriesindex.Ref]uint32{},
+		minT: math.MaxInt64, maxT: math.MinInt64}
 }
 
-// seriesOf returns the index in p.series of ref's entry, making it.
+// seriesOf returns the index in p.bufs of ref's samples, making it.
 func (p *tailPart) seriesOf(ref seriesindex.Ref) uint32 {
 	if i, ok := p.byRef[ref]; ok {
 		return i
 	}
-	i := uint32(len(p.series))
-	p.series = append(p.series, tailSeries{ref: ref})
+	i := uint32(len(p.bufs))
+	p.bufs = append(p.bufs, nil)
+	p.st = append(p.st, packState{})
+	p.refs = append(p.refs, ref)
 	p.byRef[ref] = i
 	return i
+}
+
+// add appends a sample of series i.
+func (p *tailPart) add(i uint32, t int64, v float64) {
+	p.minT, p.maxT = min(p.minT, t), max(p.maxT, t)
+	p.bufs[i] = p.st[i].append(p.bufs[i], t, v)
+}
+
+// packState is where the packing of one series' samples stands. A sample
+// is packed as
+//
+//	varint  the delta of its timestamp's delta (0 for a steady scrape)
+//	byte    0: its value's bits equal the previous ones; else 1 + 8*lead
+//	        + trail, lead and trail the zero bytes at the top and bottom
+//	        of bits XOR previous bits
+//	8-lead-trail bytes of (bits XOR previous) >> 8*trail, little-endian
+//
+// so a steady scrape of a slowly moving value costs 2 to 4 bytes and
+// every float keeps its bits. Arithmetic wraps: any int64 time packs.
+type packState struct {
+	lastT, lastDT int64
+	lastBits      uint64
+	unordered     bool // a sample came at or before the one before
+	n             uint32
+}
+
+func (ps *packState) append(b []byte, t int64, v float64) []byte {
+	if ps.n > 0 && t <= ps.lastT {
+		ps.unordered = true
+	}
+	ps.n++
+	dt := t - ps.lastT
+	b = binary.AppendVarint(b, dt-ps.lastDT)
+	ps.lastT, ps.lastDT = t, dt
+	bits64 := math.Float64bits(v)
+	x := bits64 ^ ps.lastBits
+	ps.lastBits = bits64
+	if x == 0 {
+		return append(b, 0)
+	}
+	lead, trail := bits.LeadingZeros64(x)/8, bits.TrailingZeros64(x)/8
+	b = append(b, byte(1+lead*8+trail))
+	x >>= 8 * trail
+	for range 8 - lead - trail {
+		b = append(b, byte(x))
+		x >>= 8
+	}
+	return b
+}
+
+// samples returns series i's samples in [mint, maxt], in canonical order
+// (by t and value bits, exact duplicates dropped).
+func (p *tailPart) samples(i uint32, mint, maxt int64) []promsample.Sample {
+	out := make([]promsample.Sample, 0, p.st[i].n)
+	var t, dt int64
+	var vb uint64
+	for b := p.bufs[i]; len(b) > 0; {
+		dod, k := binary.Varint(b)
+		b = b[k:]
+		dt += dod
+		t += dt
+		h := b[0]
+		b = b[1:]
+		if h != 0 {
+			lead, trail := int(h-1)/8, int(h-1)%8
+			var x uint64
+			for j := range 8 - lead - trail {
+				x |= uint64(b[j]) << (8 * j)
+			}
+			b = b[8-lead-trail:]
+			vb ^= x << (8 * trail)
+		}
+		if t >= mint && t <= maxt {
+			out = append(out, promsample.Sample{T: t, V: math.Float64frombits(vb)})
+		}
+	}
+	if p.st[i].unordered {
+		slices.SortFunc(out, compareSample)
+		out = slices.CompactFunc(out, sameSample)
+	}
+	return out
 }
 
 // rowSource is what a tail needs of a snapshot: its live rows of the
@@ -290,10 +376,10 @@ func (t *tail) apply(x *seriesindex.Index, rows []archive.Row) error {
 			if idx < 0 {
 				continue // its anchor is gone (see promsample's rowCollector.epochs)
 			}
-			ts := &p.series[idx]
+			ref := p.refs[idx]
 			minT, maxT := int64(math.MaxInt64), int64(math.MinInt64)
 			for _, smp := range s.Samples {
-				ts.fl.add(smp.T, smp.V)
+				p.add(uint32(idx), smp.T, smp.V)
 				minT, maxT = min(minT, smp.T), max(maxT, smp.T)
 			}
 			if len(s.Histograms)+len(s.Exemplars) > 0 {
@@ -315,7 +401,7 @@ func (t *tail) apply(x *seriesindex.Index, rows []archive.Row) error {
 				}
 			}
 			if minT <= maxT {
-				x.Observe(ts.ref, t.loc, minT, maxT, row.TS)
+				x.Observe(ref, t.loc, minT, maxT, row.TS)
 			}
 		}
 	}
@@ -342,19 +428,17 @@ func (t *tail) partFor(h promsample.RowHeader, ts int64) *tailPart {
 	return p
 }
 
-// read calls fn for every part's piece of ref in [mint, maxt] (floats
-// decoded into buf, which it returns grown); histograms and exemplars
-// are the tail's (read only).
+// read calls fn for every part's piece of ref in [mint, maxt];
+// histograms and exemplars are the tail's (read only).
 func (v *tailView) read(ref seriesindex.Ref, mint, maxt int64, fn func(fl []promsample.Sample, hs []promsample.Histogram, ex []promsample.Exemplar) error) error {
 	for _, p := range v.parts {
 		i, ok := p.byRef[ref]
 		if !ok {
 			continue
 		}
-		s := &p.series[i]
 		var fl []promsample.Sample
-		if s.fl.n > 0 && s.fl.minT <= maxt && s.fl.maxT >= mint {
-			fl = s.fl.samples(mint, maxt)
+		if len(p.bufs[i]) > 0 && p.minT <= maxt && p.maxT >= mint {
+			fl = p.samples(i, mint, maxt)
 		}
 		var hs []promsample.Histogram
 		var ex []promsample.Exemplar
@@ -388,82 +472,4 @@ func cmpInt64(a, b int64) int {
 		return 1
 	}
 	return 0
-}
-
-// fpack holds one series' float samples packed, in arrival order:
-//
-//	varint  t minus the previous sample's t (the first: minus 0)
-//	byte    0: the value's bits equal the previous ones; else 1 + 8*lead
-//	        + trail, lead and trail the zero bytes at the top and bottom
-//	        of bits XOR previous bits
-//	8-lead-trail bytes of (bits XOR previous) >> 8*trail, little-endian
-//
-// A steady scrape costs 2 to 5 bytes a sample. Every float keeps its bits.
-type fpack struct {
-	buf        []byte
-	lastT      int64
-	lastBits   uint64
-	n          uint32
-	unordered  bool // a sample came at or before the previous one's t
-	minT, maxT int64
-}
-
-func (p *fpack) add(t int64, v float64) {
-	if p.n == 0 {
-		p.minT, p.maxT = t, t
-	} else {
-		if t <= p.lastT {
-			p.unordered = true
-		}
-		p.minT, p.maxT = min(p.minT, t), max(p.maxT, t)
-	}
-	p.buf = binary.AppendVarint(p.buf, t-p.lastT)
-	p.lastT = t
-	b := math.Float64bits(v)
-	x := b ^ p.lastBits
-	p.lastBits = b
-	p.n++
-	if x == 0 {
-		p.buf = append(p.buf, 0)
-		return
-	}
-	lead, trail := bits.LeadingZeros64(x)/8, bits.TrailingZeros64(x)/8
-	p.buf = append(p.buf, byte(1+lead*8+trail))
-	x >>= 8 * trail
-	for range 8 - lead - trail {
-		p.buf = append(p.buf, byte(x))
-		x >>= 8
-	}
-}
-
-// samples returns the packed samples in [mint, maxt], in canonical order
-// (by t and value bits, exact duplicates dropped).
-func (p *fpack) samples(mint, maxt int64) []promsample.Sample {
-	out := make([]promsample.Sample, 0, p.n)
-	var t int64
-	var vb uint64
-	for b := p.buf; len(b) > 0; {
-		d, k := binary.Varint(b)
-		b = b[k:]
-		t += d
-		h := b[0]
-		b = b[1:]
-		if h != 0 {
-			lead, trail := int(h-1)/8, int(h-1)%8
-			var x uint64
-			for i := range 8 - lead - trail {
-				x |= uint64(b[i]) << (8 * i)
-			}
-			b = b[8-lead-trail:]
-			vb ^= x << (8 * trail)
-		}
-		if t >= mint && t <= maxt {
-			out = append(out, promsample.Sample{T: t, V: math.Float64frombits(vb)})
-		}
-	}
-	if p.unordered {
-		slices.SortFunc(out, compareSample)
-		out = slices.CompactFunc(out, sameSample)
-	}
-	return out
 }

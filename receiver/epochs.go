@@ -42,18 +42,20 @@ import (
 // streams they seal first), so the Encoder, which seals only closed
 // epochs, takes every row the seal asked for and the live tail above the
 // new watermark starts at the next epoch's first row; and when it reaches
-// the seal policy's rows or bytes (seals that cannot keep up), so that an
-// epoch always fits in one bounded seal: cmd bounds a seal at twice the
-// policy (archive.WriterOptions.MaxSealRows), which an epoch reaches only
-// by the rows of requests in flight when it filled.
+// the seal policy's bytes, or its rows unless it is thin (see
+// minSamplesPerSeries) (seals that cannot keep up), so that an epoch always fits in one
+// bounded seal: cmd bounds a seal at twice the policy's bytes
+// (archive.WriterOptions.MaxSealBytes), which an epoch reaches only by the
+// rows of requests in flight when it filled.
 
 // epochState is one stream's current epoch.
 type epochState struct {
-	id    uint64        // written in its rows
-	stamp uint32        // process-unique, for the index's anchor stamps
-	next  atomic.Uint32 // next local id
-	rows  atomic.Int64  // data rows committed in it
-	bytes atomic.Int64
+	id      uint64        // written in its rows
+	stamp   uint32        // process-unique, for the index's anchor stamps
+	next    atomic.Uint32 // next local id
+	rows    atomic.Int64  // data rows committed in it
+	bytes   atomic.Int64
+	samples atomic.Int64 // samples and histograms committed in it
 }
 
 func (in *Ingester) newEpoch() *epochState {

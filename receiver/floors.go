@@ -15,9 +15,9 @@ type Floors struct {
 	// time retention must keep: a pass evicts below min(cutoff, floor).
 	// ok false: no floor.
 	Retention func(source archive.SourceID) (floor int64, ok bool)
-	// Evicting is called before size retention (RetentionBytes) evicts a
-	// source below cutoff, which it does whatever Retention says: the
-	// archive must fit. The reader counts and logs what it loses.
+	// Evicting is called before size retention (RetentionBytes) or the
+	// disk reserve (DiskReserve) evicts a source below cutoff, which they
+	// do whatever Retention says: the archive must fit. The reader counts and logs what it loses.
 	Evicting func(ctx context.Context, source archive.SourceID, cutoff int64)
 	// Compact returns, for a stream, the receipt ts from which its
 	// segments must not be merged (a reader's place in them would be

@@ -8,10 +8,8 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"runtime"
-	"slices"
 	"sort"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -48,8 +46,14 @@ type IngestOptions struct {
 	// Retention removes data received longer ago than this; 0 keeps all.
 	Retention time.Duration
 	// RetentionBytes caps the archive's size by evicting the oldest
-	// segments; 0 means no cap.
+	// segments; 0 means no cap. Set, the oldest segments also go, before
+	// the cap is reached, whenever the room left for the archive (free
+	// space on its filesystem and free pages in its file) falls below
+	// DiskReserve: the operator has said old data may go, and on a full
+	// disk it goes before any write is refused.
 	RetentionBytes int64
+	// DiskReserve is that room; 0 means DefaultDiskReserve.
+	DiskReserve int64
 	// CompactTargetRows is the row count compaction merges segments up to;
 	// 0 means DefaultCompactTargetRows, negative disables compaction.
 	CompactTargetRows int64
@@ -81,8 +85,17 @@ const DefaultIdleTimeout = time.Hour
 // toward a few thousand rows keeps a day's segments per stream in the tens.
 const DefaultCompactTargetRows = 8192
 
+// DefaultDiskReserve is the room RetentionBytes keeps free for the archive:
+// a few checkpoint intervals of the sidecar at a high ingest rate, so that a
+// disk that fills is noticed (diskCheckEvery) while commits still fit.
+// Below it, a commit can fail for good until space returns: one that finds
+// the disk full does so because the -wal sidecar cannot grow, and then no
+// eviction can commit either (see archive's writer_failure.go).
+const DefaultDiskReserve = 64 << 20
+
 // Maintenance cadences.
 const (
+	diskCheckEvery   = 2 * time.Second
 	sealCheckEvery   = 250 * time.Millisecond
 	retentionEvery   = time.Minute
 	compactionEvery  = 5 * time.Minute
@@ -121,6 +134,29 @@ type Ingester struct {
 	// rowBufs holds the byte slices of committed rows for the next
 	// request's rows to be encoded into.
 	rowBufs bufStack
+
+	// diskFull wakes Run to check the disk reserve when a write found the
+	// disk full (capacity 1, sent without blocking).
+	diskFull chan struct{}
+	stats    ingestCounters
+}
+
+// IngestStats are the Ingester's cumulative counters.
+type IngestStats struct {
+	// EarlyEvictions counts the passes that evicted the oldest segments to
+	// keep IngestOptions.DiskReserve free, before RetentionBytes required
+	// it; EarlyEvictedSegments and EarlyEvictedBytes what they evicted.
+	EarlyEvictions, EarlyEvictedSegments, EarlyEvictedBytes int64
+}
+
+type ingestCounters struct {
+	earlyEvictions, earlyEvictedSegments, earlyEvictedBytes atomic.Int64
+}
+
+// Stats returns a snapshot of the Ingester's counters.
+func (in *Ingester) Stats() IngestStats {
+	return IngestStats{EarlyEvictions: in.stats.earlyEvictions.Load(),
+		EarlyEvictedSegments: in.stats.earlyEvictedSegments.Load(), EarlyEvictedBytes: in.stats.earlyEvictedBytes.Load()}
 }
 
 func (in *Ingester) getScratch() *rowScratch { return in.scratch.get() }
@@ -227,10 +263,13 @@ func NewIngester(ctx context.Context, opts IngestOptions) (*Ingester, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
+	if opts.DiskReserve <= 0 {
+		opts.DiskReserve = DefaultDiskReserve
+	}
 	opts.Seal = opts.Seal.WithDefaults()
 	in := &Ingester{opts: opts, enc: &promsample.Encoder{}, log: opts.Logger, x: opts.Series,
 		sources: map[string]*sourceState{}, byID: map[archive.SourceID]*sourceState{},
-		accounts: map[streamKey]*archive.SegmentAccount{}}
+		accounts: map[streamKey]*archive.SegmentAccount{}, diskFull: make(chan struct{}, 1)}
 	in.scratch = newFreeList(cmp.Or(max(opts.Parallelism, 0), runtime.GOMAXPROCS(0)), func() *rowScratch { return new(rowScratch) })
 
 	type resumable struct {
@@ -239,7 +278,7 @@ func NewIngester(ctx context.Context, opts IngestOptions) (*Ingester, error) {
 		last    int64
 		has     bool
 		buckets int
-		live    []string // streams with live rows
+		live    []archive.StreamSpan // streams with live rows
 	}
 	var todo []resumable
 	if err := opts.Reader.View(ctx, func(tx *archive.ReadTx) error {
@@ -261,18 +300,8 @@ func NewIngester(ctx context.Context, opts IngestOptions) (*Ingester, error) {
 				buckets = v
 			}
 			r := resumable{id: s.ID, name: name, last: last, has: has, buckets: buckets}
-			streams, err := tx.Streams(s.ID)
-			if err != nil {
+			if r.live, err = tx.LiveSpans(s.ID); err != nil {
 				return err
-			}
-			for _, st := range streams {
-				span, err := tx.LiveSpan(s.ID, st)
-				if err != nil {
-					return err
-				}
-				if span.Rows > 0 {
-					r.live = append(r.live, st)
-				}
 			}
 			todo = append(todo, r)
 		}
@@ -292,8 +321,8 @@ func NewIngester(ctx context.Context, opts IngestOptions) (*Ingester, error) {
 		// Rule 3 (epochs.go): close whatever epoch the last process left
 		// open in a stream, so that its rows can be sealed.
 		var markers []archive.Row
-		for _, stream := range r.live {
-			markers = append(markers, archive.Row{Stream: stream, Data: promsample.AppendEpochClose(nil, rand.Uint64())})
+		for _, sp := range r.live {
+			markers = append(markers, archive.Row{Stream: sp.Stream, Data: promsample.AppendEpochClose(nil, rand.Uint64())})
 		}
 		if len(markers) > 0 {
 			if _, err := opts.Writer.AppendWait(ctx, []archive.SourceRows{{Source: r.id, Rows: markers}}, true); err != nil {
@@ -303,6 +332,7 @@ func NewIngester(ctx context.Context, opts IngestOptions) (*Ingester, error) {
 			// even if the stream gets no new row.
 			in.account(r.id, markers)
 		}
+		in.inherit(r.id, r.live)
 		in.sources[r.name] = st
 		in.byID[r.id] = st
 		if r.buckets != opts.Buckets {
@@ -312,6 +342,28 @@ func NewIngester(ctx context.Context, opts IngestOptions) (*Ingester, error) {
 		in.log.Info("resumed source", "source", r.name, "id", r.id)
 	}
 	return in, nil
+}
+
+// inherit counts into the seal accounts of a resumed source's streams the
+// live rows an earlier session left, counted from the wal's index (no row
+// is read): otherwise a bounded seal would take only as many of those rows
+// as new rows made the stream due, and every unclean stop would leave a
+// backlog that no seal ever took up (108,175 live rows after 31 kills
+// under load). A row's ts is its receipt time (the writer stamps it), so
+// the account's age runs from the oldest; their bytes are not counted, so
+// an account due only by size falls due by rows or age instead.
+func (in *Ingester) inherit(id archive.SourceID, live []archive.StreamSpan) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	for _, sp := range live {
+		k := streamKey{id, sp.Stream}
+		a := in.accounts[k]
+		if a == nil {
+			a = archive.OpenFirst(sp.Stream, fmt.Sprint(id), in.opts.Seal, in.opts.Now())
+			in.accounts[k] = a
+		}
+		a.Carry(sp.Rows, 0, time.Unix(0, sp.FirstTS))
+	}
 }
 
 // Series returns the series index the ingester writes through.
@@ -361,7 +413,8 @@ func (in *Ingester) Write(ctx context.Context, name string, series []Series, met
 
 	// Encode and enqueue under the epochs' read lock (epochs.go, rule 1).
 	st.mu.RLock()
-	epochs := make([]*epochState, 0, 4)
+	epochs := make([]*epochState, 0, 8) // per row: its epoch
+	sampleCounts := make([]int, 0, 8)   // per row: about its samples
 	var rows []archive.Row
 	for b := 0; b < st.buckets; b++ {
 		idx := sc.order[sc.count[b]:sc.count[b+1]]
@@ -370,12 +423,18 @@ func (in *Ingester) Write(ctx context.Context, name string, series []Series, met
 		}
 		ep := st.epochs[b]
 		var err error
+		n0 := len(rows)
 		if rows, err = in.appendRows(sc, ep, rows, st.names[b], series, idx, sc.meta[b]); err != nil {
 			st.mu.RUnlock()
 			return Counts{}, fmt.Errorf("%w: %w", ErrRejected, err)
 		}
-		for len(epochs) < len(rows) {
+		n := 0
+		for _, i := range idx {
+			n += len(series[i].Samples) + len(series[i].Histograms)
+		}
+		for k := n0; k < len(rows); k++ {
 			epochs = append(epochs, ep)
+			sampleCounts = append(sampleCounts, n/(len(rows)-n0))
 		}
 	}
 	if len(rows) == 0 {
@@ -394,6 +453,12 @@ func (in *Ingester) Write(ctx context.Context, name string, series []Series, met
 	}
 	if n := res.Dropped(); n > 0 {
 		cause := res.Err()
+		if archive.IsDiskFull(cause) && in.opts.RetentionBytes > 0 {
+			select {
+			case in.diskFull <- struct{}{}:
+			default:
+			}
+		}
 		if cause == nil {
 			cause = fmt.Errorf("%d row(s) dropped as out of order", n)
 		}
@@ -415,7 +480,8 @@ func (in *Ingester) Write(ctx context.Context, name string, series []Series, met
 	for i, r := range rows {
 		ep := epochs[i]
 		ep.rows.Add(1)
-		if ep.bytes.Add(int64(len(r.Data))) >= in.opts.Seal.MaxBytes || ep.rows.Load() >= in.opts.Seal.MaxRows {
+		ep.samples.Add(int64(sampleCounts[i]))
+		if ep.bytes.Add(int64(len(r.Data))) >= in.opts.Seal.MaxBytes || (ep.rows.Load() >= in.opts.Seal.MaxRows && !ep.thin()) {
 			if b := st.bucketOf(r.Stream); b >= 0 {
 				grown = append(grown, b)
 			}
@@ -503,13 +569,17 @@ func (in *Ingester) appendRows(sc *rowScratch, ep *epochState, rows []archive.Ro
 	return in.appendRows(sc, ep, rows, stream, series, second, nil)
 }
 
-// writeError maps an archive failure onto the handler's retry contract.
+// writeError maps an archive failure onto the handler's retry contract
+// (classify turns the result into a status): a full disk is 507, a writer
+// that cannot commit now (an outage: archive.ErrCannotCommit), has stopped
+// or is closed, and every transient SQLite failure, 503; both retried.
 func (in *Ingester) writeError(err error) error {
 	switch {
 	case archive.IsDiskFull(err):
 		return fmt.Errorf("%w: %w", ErrDiskFull, err)
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled),
-		errors.Is(err, archive.ErrWriterStopped), errors.Is(err, archive.ErrClosed), archive.IsRetryable(err):
+		errors.Is(err, archive.ErrCannotCommit), errors.Is(err, archive.ErrWriterStopped),
+		errors.Is(err, archive.ErrClosed), archive.IsRetryable(err):
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	return err
@@ -546,10 +616,23 @@ func (in *Ingester) Run(ctx context.Context) {
 	defer compT.Stop()
 	idleT := time.NewTicker(idleEvery)
 	defer idleT.Stop()
+	diskT := time.NewTicker(diskCheckEvery)
+	defer diskT.Stop()
+	if in.opts.RetentionBytes <= 0 {
+		diskT.Stop()
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-diskT.C:
+			if err := in.KeepDiskReserve(ctx); err != nil && ctx.Err() == nil {
+				in.log.Warn("keeping the disk reserve failed", "err", err)
+			}
+		case <-in.diskFull:
+			if err := in.KeepDiskReserve(ctx); err != nil && ctx.Err() == nil {
+				in.log.Warn("keeping the disk reserve failed", "err", err)
+			}
 		case <-idleT.C:
 			if in.opts.IdleTimeout > 0 {
 				if n := in.x.Idle(in.opts.Now(), in.opts.IdleTimeout); n > 0 {
@@ -568,247 +651,6 @@ func (in *Ingester) Run(ctx context.Context) {
 			}
 		}
 	}
-}
-
-// SealDue seals every stream whose account says it is due. A seal the
-// writer bounds (archive.WriterOptions.MaxSealRows, MaxSealBytes) leaves
-// the stream's newer rows live; they are carried into its account, and a
-// stream still due after that is sealed again in the next round, up to
-// maxSealRounds rounds per call.
-func (in *Ingester) SealDue(ctx context.Context) {
-	for range maxSealRounds {
-		if !in.sealDueRound(ctx) || ctx.Err() != nil {
-			return
-		}
-	}
-}
-
-// maxSealRounds bounds the rounds of one SealDue, so that a writer behind
-// the appends does not keep Run from retention and compaction.
-const maxSealRounds = 4
-
-// dueStream is a stream's account as it stood when it fell due.
-type dueStream struct {
-	stream      string
-	rows, bytes int64
-	opened      time.Time
-}
-
-// sealDueRound seals the streams due now and reports whether one of them is
-// due again (a bounded seal left enough rows behind).
-func (in *Ingester) sealDueRound(ctx context.Context) bool {
-	now := in.opts.Now()
-	due := map[archive.SourceID][]dueStream{}
-	in.mu.Lock()
-	for k, a := range in.accounts {
-		if a.Due(now) {
-			due[k.source] = append(due[k.source], dueStream{k.stream, a.Rows(), a.Bytes(), a.Opened()})
-			a.Rotate(in.opts.Seal, now)
-		}
-	}
-	in.mu.Unlock()
-	again := false
-	for src, streams := range due {
-		slices.SortFunc(streams, func(a, b dueStream) int { return strings.Compare(a.stream, b.stream) })
-		// A seal takes closed epochs only (epochs.go): close theirs first.
-		if st := in.sourceByID(src); st != nil {
-			var buckets []int
-			for _, d := range streams {
-				if b := st.bucketOf(d.stream); b >= 0 {
-					buckets = append(buckets, b)
-				}
-			}
-			if err := in.closeEpochs(ctx, st, buckets, false); err != nil && ctx.Err() == nil {
-				in.log.Warn("closing epochs before a seal", "source", src, "err", err)
-			}
-		}
-		// One stream per seal: a seal holds its streams' live rows in memory
-		// while they are encoded, and streams that rotated together fall due
-		// together (8 x 900 rows were a third of the peak heap).
-		for _, d := range streams {
-			sealed, err := in.opts.Writer.SealWait(ctx, src, []string{d.stream})
-			if err != nil {
-				if ctx.Err() == nil {
-					in.log.Warn("seal failed", "source", src, "stream", d.stream, "err", err)
-				}
-				continue
-			}
-			if in.carry(streamKey{src, d.stream}, d, sealed) {
-				again = true
-			}
-		}
-	}
-	// One prune for the round, when the writer defers them
-	// (archive.WriterOptions.DeferPrunes): the streams' rows share pages,
-	// which one transaction rewrites or frees once.
-	if len(due) > 0 {
-		if err := in.opts.Writer.Prune(ctx); err != nil && ctx.Err() == nil {
-			in.log.Warn("prune failed", "err", err)
-		}
-	}
-	return again
-}
-
-// carry counts the rows of d that its seal left live into the stream's
-// account, and reports whether that made the stream due again. A seal takes
-// the stream's oldest live rows, those d counted first; rows committed
-// since d was taken are already in the account.
-func (in *Ingester) carry(k streamKey, d dueStream, sealed []archive.Sealed) bool {
-	var n int64
-	for _, s := range sealed {
-		n += s.Rows
-	}
-	left := d.rows - n
-	if n == 0 || left <= 0 {
-		return false
-	}
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	a := in.accounts[k]
-	if a == nil {
-		return false
-	}
-	a.Carry(left, d.bytes*left/d.rows, d.opened)
-	return a.Due(in.opts.Now())
-}
-
-// SealAll seals every stream that has live rows (operators, tests).
-func (in *Ingester) SealAll(ctx context.Context) error {
-	now := in.opts.Now()
-	due := map[archive.SourceID][]string{}
-	in.mu.Lock()
-	for k, a := range in.accounts {
-		due[k.source] = append(due[k.source], k.stream)
-		a.Rotate(in.opts.Seal, now)
-	}
-	in.mu.Unlock()
-	for src, streams := range due {
-		sort.Strings(streams)
-		if st := in.sourceByID(src); st != nil {
-			if err := in.closeAllEpochs(ctx, st); err != nil {
-				return err
-			}
-		}
-		// A bounded seal (archive.WriterOptions.MaxSealRows) leaves rows
-		// live: seal again the streams that sealed until none has any.
-		for len(streams) > 0 {
-			sealed, err := in.opts.Writer.SealWait(ctx, src, streams)
-			if err != nil {
-				return err
-			}
-			streams = streams[:0]
-			for _, s := range sealed {
-				streams = append(streams, s.Stream)
-			}
-		}
-	}
-	return nil
-}
-
-// EnforceRetention evicts what was received before now-Retention, then,
-// when the archive exceeds RetentionBytes, the oldest segments until it fits.
-func (in *Ingester) EnforceRetention(ctx context.Context) error {
-	ids := in.sourceIDs()
-	if in.opts.Retention > 0 {
-		cutoff := in.opts.Now().Add(-in.opts.Retention).UnixNano()
-		for _, id := range ids {
-			if _, err := in.opts.Writer.EvictBefore(ctx, id, in.retentionCutoff(id, cutoff)); err != nil {
-				return err
-			}
-		}
-	}
-	if in.opts.RetentionBytes <= 0 {
-		return nil
-	}
-	var size int64
-	type seg struct {
-		src    archive.SourceID
-		lastTS int64
-		bytes  int64
-	}
-	var segs []seg
-	if err := in.opts.Reader.View(ctx, func(tx *archive.ReadTx) error {
-		ps, err := tx.PageStats()
-		if err != nil {
-			return err
-		}
-		size = (ps.Pages - ps.Free) * ps.PageSize
-		for _, id := range ids {
-			sizes, err := tx.SegmentSizes(id)
-			if err != nil {
-				return err
-			}
-			for _, s := range sizes {
-				segs = append(segs, seg{id, s.LastTS, s.Bytes})
-			}
-		}
-		return nil
-	}); err != nil {
-		return err
-	}
-	if size <= in.opts.RetentionBytes {
-		return nil
-	}
-	sort.Slice(segs, func(i, j int) bool { return segs[i].lastTS < segs[j].lastTS })
-	excess := size - in.opts.RetentionBytes
-	cutoff := int64(0)
-	for _, s := range segs {
-		if excess <= 0 {
-			break
-		}
-		excess -= s.bytes
-		cutoff = s.lastTS + 1
-	}
-	if cutoff == 0 {
-		return nil
-	}
-	in.log.Info("size retention: evicting the oldest segments", "cutoff_ns", cutoff, "archive_bytes", size, "limit", in.opts.RetentionBytes)
-	for _, id := range ids {
-		in.evicting(ctx, id, cutoff)
-		if _, err := in.opts.Writer.EvictBefore(ctx, id, cutoff); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// Compact merges small segments of every stream with at least
-// compactMinSegs segments.
-func (in *Ingester) Compact(ctx context.Context) error {
-	if in.opts.CompactTargetRows < 0 {
-		return nil
-	}
-	var todo []streamKey
-	if err := in.opts.Reader.View(ctx, func(tx *archive.ReadTx) error {
-		for _, id := range in.sourceIDs() {
-			streams, err := tx.Streams(id)
-			if err != nil {
-				return err
-			}
-			for _, st := range streams {
-				n, span, err := tx.SegmentSpan(id, st)
-				if err != nil {
-					return err
-				}
-				if n >= compactMinSegs && in.mayCompact(id, st, span.LastTS) {
-					todo = append(todo, streamKey{id, st})
-				}
-			}
-		}
-		return nil
-	}); err != nil {
-		return err
-	}
-	for _, k := range todo {
-		c, err := in.opts.Writer.Compact(ctx, k.source, k.stream, in.opts.CompactTargetRows, in.enc)
-		if err != nil {
-			return fmt.Errorf("compact source %d stream %s: %w", k.source, k.stream, err)
-		}
-		if c.Merges > 0 {
-			in.log.Debug("compacted", "source", k.source, "stream", k.stream, "before", c.Before, "after", c.After)
-		}
-	}
-	return nil
 }
 
 func (in *Ingester) sourceIDs() []archive.SourceID {

@@ -160,6 +160,13 @@ func (x *Index) Add(ls labels.Labels) (ref Ref, added bool) {
 	ls.Range(func(l labels.Label) {
 		pairs = append(pairs, x.syms.intern(l.Name), x.syms.intern(l.Value))
 	})
+	// The postings lock is held from allocating the Ref to listing it, so
+	// fresh Refs reach the posting lists in increasing order and are
+	// appended. Allocated outside it, two adds that race list theirs out
+	// of order, and an insert copies the whole list (a job's list holds
+	// every series): at a million series that made indexing quadratic.
+	// Lock order: shard, postings, x.mu.
+	x.post.mu.Lock()
 	ref = x.alloc()
 	e := x.entry(ref)
 	e.pairs, e.hash = pairs, hash
@@ -171,10 +178,12 @@ func (x *Index) Add(ls labels.Labels) (ref Ref, added bool) {
 	e.seen.Store(0)
 	e.next.Store(0)
 	e.flags.Store(flagLive)
+	// The entry is complete before a posting list or the table shows it.
+	x.post.addLocked(ref, pairs)
+	x.post.mu.Unlock()
 	s.insertLocked(hash, ref)
 	s.mu.Unlock()
 	x.live.Add(1)
-	x.post.add(ref, pairs)
 	return ref, true
 }
 

@@ -27,9 +27,8 @@ type nameIndex struct {
 
 func (p *postings) init() { p.names = map[uint32]*nameIndex{} }
 
-func (p *postings) add(r Ref, pairs []uint32) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
+// addLocked lists r under each of its pairs; p.mu is held.
+func (p *postings) addLocked(r Ref, pairs []uint32) {
 	for i := 0; i+1 < len(pairs); i += 2 {
 		ni := p.names[pairs[i]]
 		if ni == nil {
@@ -45,7 +44,8 @@ func (p *postings) add(r Ref, pairs []uint32) {
 		} else {
 			// A reused Ref: insert into a copy, readers keep the old one.
 			k, _ := slices.BinarySearch(list, r)
-			grown := make([]Ref, 0, len(list)+1)
+			// Headroom, so the appends that follow do not copy it again.
+			grown := make([]Ref, 0, len(list)+1+len(list)/8)
 			grown = append(append(append(grown, list[:k]...), r), list[k:]...)
 			ni.values[pairs[i+1]] = grown
 		}

@@ -51,9 +51,11 @@ type server struct {
 	err    error
 }
 
-func startServer(t *testing.T, bin, addr, path string) *server {
+// startServer starts the binary on addr and path (sealing every 20 rows,
+// logging warnings, then args) and returns once it is ready.
+func startServer(t *testing.T, bin, addr, path string, args ...string) *server {
 	t.Helper()
-	cmd := exec.Command(bin, "--web.listen-address="+addr, "--archive.path="+path, "--seal.max-rows=20", "--log.level=warn")
+	cmd := exec.Command(bin, append([]string{"--web.listen-address=" + addr, "--archive.path=" + path, "--seal.max-rows=20", "--log.level=warn"}, args...)...)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/dendro-receiver/dendro-receiver/archive"
+	"github.com/dendro-receiver/dendro-receiver/membudget"
 	"github.com/dendro-receiver/dendro-receiver/receiver"
 )
 
@@ -22,6 +24,7 @@ type archiveCollector struct {
 	evictedSegments, evictedLive, checkpoints, checkpointErrors, pagesWritten   *prometheus.Desc
 	groupedCommits, groupFallbacks, writerCacheBytes, prunedRows, sealsBehind   *prometheus.Desc
 	fileBytes, freePages, walRows, sidecarBytes, sources, segments, streams, up *prometheus.Desc
+	outages, probes, outageSeconds, earlyEvictions, earlyEvicted, earlyBytes    *prometheus.Desc
 }
 
 func newArchiveCollector(w *archive.Writer, r *archive.Archive, ing *receiver.Ingester) *archiveCollector {
@@ -58,7 +61,13 @@ func newArchiveCollector(w *archive.Writer, r *archive.Archive, ing *receiver.In
 		sources:          d("archive_sources", "Sources in the archive."),
 		segments:         d("archive_segments", "Segments in the archive."),
 		streams:          d("ingest_streams", "Streams written this session."),
-		up:               d("writer_up", "1 while the archive writer runs, 0 once it stopped on a failure."),
+		up:               d("writer_up", "1 while the archive writer can commit; 0 while it cannot (a full disk, EIO: it retries) and once it stopped on a failure."),
+		outages:          d("writer_outages_total", "Times the writer found it could not commit (it retries on a backoff and refuses writes meanwhile)."),
+		probes:           d("writer_probes_total", "Idle writes the writer made in outages to learn whether it can commit again."),
+		outageSeconds:    d("writer_outage_seconds", "How long the writer has been unable to commit; 0 while it commits."),
+		earlyEvictions:   d("ingest_early_evictions_total", "Evictions of the oldest segments to keep --retention.disk-reserve free, before --retention.size asked for them."),
+		earlyEvicted:     d("ingest_early_evicted_segments_total", "Segments those early evictions removed."),
+		earlyBytes:       d("ingest_early_evicted_bytes_total", "Bytes of segments those early evictions removed."),
 	}
 }
 
@@ -92,11 +101,22 @@ func (c *archiveCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.writerCacheBytes, float64(s.CacheBytes))
 	counter(c.groupedCommits, float64(s.GroupedCommits))
 	counter(c.groupFallbacks, float64(s.GroupFallbacks))
-	up := 1.0
-	if c.w.Err() != nil {
+	counter(c.outages, float64(s.Outages))
+	counter(c.probes, float64(s.Probes))
+	up, down := 1.0, 0.0
+	if h := c.w.Health(); h != nil {
 		up = 0
+		var cc *archive.CannotCommitError
+		if errors.As(h, &cc) {
+			down = time.Since(cc.Since).Seconds()
+		}
 	}
 	gauge(c.up, up)
+	gauge(c.outageSeconds, down)
+	is := c.ing.Stats()
+	counter(c.earlyEvictions, float64(is.EarlyEvictions))
+	counter(c.earlyEvicted, float64(is.EarlyEvictedSegments))
+	counter(c.earlyBytes, float64(is.EarlyEvictedBytes))
 	_, streams := c.ing.Sources()
 	gauge(c.streams, float64(streams))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -109,4 +129,36 @@ func (c *archiveCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(c.sources, float64(st.Sources))
 		gauge(c.segments, float64(st.Segments))
 	}
+}
+
+// memoryCollector reports the memory plan's shares and the budget.
+type memoryCollector struct {
+	plan                           memoryPlan
+	b                              *membudget.Budget
+	share, inUse, waiting, refused *prometheus.Desc
+}
+
+func newMemoryCollector(plan memoryPlan, b *membudget.Budget) *memoryCollector {
+	return &memoryCollector{plan: plan, b: b,
+		share:   prometheus.NewDesc("dendro_memory_share_bytes", "How --memory.limit is shared (share=limit, go_soft_limit, fixed, ingest, sqlite_readers, reads, gc_headroom).", []string{"share"}, nil),
+		inUse:   prometheus.NewDesc("dendro_memory_budget_reserved_bytes", "Bytes reserved against --memory.limit, the fixed shares included.", nil, nil),
+		waiting: prometheus.NewDesc("dendro_memory_budget_waiting", "Reservations waiting for memory.", nil, nil),
+		refused: prometheus.NewDesc("dendro_memory_budget_refused_total", "Reservations refused: larger than the budget, or their wait ended first.", nil, nil),
+	}
+}
+
+func (c *memoryCollector) Describe(ch chan<- *prometheus.Desc) { prometheus.DescribeByCollect(c, ch) }
+
+func (c *memoryCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, s := range []struct {
+		name string
+		v    int64
+	}{{"limit", c.plan.limit}, {"go_soft_limit", c.plan.goLimit}, {"fixed", c.plan.fixed}, {"ingest", c.plan.ingest},
+		{"sqlite_readers", c.plan.sqlite}, {"reads", c.plan.reads}, {"gc_headroom", c.plan.gcSlack}} {
+		ch <- prometheus.MustNewConstMetric(c.share, prometheus.GaugeValue, float64(s.v), s.name)
+	}
+	st := c.b.Stats()
+	ch <- prometheus.MustNewConstMetric(c.inUse, prometheus.GaugeValue, float64(st.InUse))
+	ch <- prometheus.MustNewConstMetric(c.waiting, prometheus.GaugeValue, float64(st.Waiting))
+	ch <- prometheus.MustNewConstMetric(c.refused, prometheus.CounterValue, float64(st.Refused))
 }

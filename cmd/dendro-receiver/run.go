@@ -31,6 +31,7 @@ import (
 
 	"github.com/dendro-receiver/dendro-receiver/archive"
 	"github.com/dendro-receiver/dendro-receiver/encoders/promsample"
+	"github.com/dendro-receiver/dendro-receiver/membudget"
 	promread "github.com/dendro-receiver/dendro-receiver/promql-read"
 	"github.com/dendro-receiver/dendro-receiver/receiver"
 	"github.com/dendro-receiver/dendro-receiver/seriesindex"
@@ -69,6 +70,7 @@ type config struct {
 	buckets       int
 	retentionTime model.Duration
 	retentionSize units.Base2Bytes
+	diskReserve   units.Base2Bytes
 	sealMaxRows   int64
 	sealMaxBytes  units.Base2Bytes
 	sealMaxAge    model.Duration
@@ -85,13 +87,15 @@ type config struct {
 	queryTimeout    model.Duration
 	queryCache      units.Base2Bytes
 
+	memoryLimit units.Base2Bytes
+
 	forward forwardFlags // forward.go
 }
 
 func parseFlags(args []string, stdout io.Writer) (*config, bool, error) {
 	c := &config{log: promslog.Config{}}
 	app := kingpin.New("dendro-receiver", "A Prometheus remote-write receiver that keeps what it is sent in a dendro archive:\n"+
-		"one SQLite file any local process can read while it is written, its history Parquet.")
+		"one SQLite file any local process can read while it is written, its history Parquet.\n\n"+commandsHelp)
 	app.Writer(stdout)
 	app.UsageWriter(stdout)
 	app.Version(buildVersion())
@@ -108,8 +112,12 @@ func parseFlags(args []string, stdout io.Writer) (*config, bool, error) {
 	app.Flag("source.stream-buckets", "Streams each source's series are spread over, by metric name. More: cheaper "+
 		"one-metric reads, dearer writes.").Default(fmt.Sprint(promsample.DefaultStreamBuckets)).IntVar(&c.buckets)
 	app.Flag("retention.time", "Remove data received longer ago than this (0: keep).").Default("15d").SetValue(named("retention.time", &c.retentionTime))
-	app.Flag("retention.size", "Cap the archive at this size by removing the oldest segments (0: no cap). Units: KB, MB, GB...").
+	app.Flag("retention.size", "Cap the archive at this size by removing the oldest segments (0: no cap). Set, the oldest "+
+		"segments also go early whenever less than --retention.disk-reserve is left for the archive on its disk, "+
+		"so a filling disk costs history before it refuses a write. Units: KB, MB, GB...").
 		Default("0").SetValue(named("retention.size", (*bytesValue)(&c.retentionSize)))
+	app.Flag("retention.disk-reserve", "With --retention.size: the room (free disk plus free pages in the archive) to keep for the archive.").
+		Default("64MiB").SetValue(named("retention.disk-reserve", (*bytesValue)(&c.diskReserve)))
 	app.Flag("seal.max-rows", "Seal a stream's live rows into a Parquet segment after this many rows (requests); a seal takes at most this many.").
 		Default(fmt.Sprint(archive.DefaultSealMaxRows)).Int64Var(&c.sealMaxRows)
 	app.Flag("seal.max-bytes", "... or this many bytes of live rows (and takes at most this many).").Default("8MiB").SetValue(named("seal.max-bytes", (*bytesValue)(&c.sealMaxBytes)))
@@ -134,6 +142,10 @@ func parseFlags(args []string, stdout io.Writer) (*config, bool, error) {
 	app.Flag("query.cache-bytes", "Memory for caching immutable segments between queries (0: default).").
 		Default("64MiB").SetValue(named("query.cache-bytes", (*bytesValue)(&c.queryCache)))
 	addForwardFlags(app, &c.forward)
+	memDefault, memFrom := defaultMemoryLimit(os.ReadFile)
+	app.Flag("memory.limit", fmt.Sprintf("The process's memory budget: the Go runtime's soft limit, the SQLite readers' page caches "+
+		"and what reads may hold are all shares of it (default: %s).", memFrom)).
+		Default(fmt.Sprintf("%dMiB", memDefault>>20)).SetValue(named("memory.limit", (*bytesValue)(&c.memoryLimit)))
 	promslogflag.AddFlags(app, &c.log)
 	// --help and --version print and then "terminate": run returns instead
 	// of exiting the process, so main's cleanup (and tests) still run.
@@ -151,8 +163,11 @@ func parseFlags(args []string, stdout io.Writer) (*config, bool, error) {
 	if c.sealMaxRows < 1 || c.sealMaxBytes < 1 || c.sealMaxAge <= 0 {
 		return nil, false, usage("--seal.max-rows, --seal.max-bytes and --seal.max-age must be positive")
 	}
-	if c.retentionTime < 0 || c.retentionSize < 0 {
-		return nil, false, usage("--retention.time and --retention.size must not be negative")
+	if _, err := planMemory(int64(c.memoryLimit)); err != nil {
+		return nil, false, usage("%v", err)
+	}
+	if c.retentionTime < 0 || c.retentionSize < 0 || c.diskReserve <= 0 {
+		return nil, false, usage("--retention.time and --retention.size must not be negative, --retention.disk-reserve must be positive")
 	}
 	return c, true, nil
 }
@@ -235,6 +250,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, procs int
 	if len(args) > 0 && args[0] == "healthcheck" {
 		return healthcheck(ctx, args[1:], stdout)
 	}
+	if cmd := subcommand(args); cmd != nil { // inspect, verify, ... (cmd_ops.go)
+		return cmd(ctx, args[1:], stdout, stderr)
+	}
 	c, ok, err := parseFlags(args, stdout)
 	if err != nil || !ok {
 		return err
@@ -272,12 +290,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, procs int
 	policy := archive.SealPolicy{MaxRows: c.sealMaxRows, MaxBytes: int64(c.sealMaxBytes), MaxAge: time.Duration(c.sealMaxAge)}
 	// DeferPrunes: the ingester seals due streams one after another and
 	// then asks for one prune of them all (Ingester.SealDue). A seal takes
-	// at most twice the policy's rows and bytes, so that one behind the
-	// appends holds a bounded amount of memory (see encodeprio.go); the
-	// ingester closes an epoch once it reaches the policy, so the bound
-	// always holds a closed epoch (receiver/epochs.go).
+	// at most twice the policy's bytes, so that one behind the appends
+	// holds a bounded amount of memory (see encodeprio.go); the ingester
+	// closes an epoch once it reaches the policy, so the bound always
+	// holds a closed epoch (receiver/epochs.go). Rows are not bounded: at
+	// a million series an epoch holds a few thousand small rows.
 	wopts := archive.WriterOptions{Encoder: enc, Logger: logger.With("component", "archive"), DeferPrunes: true,
-		MaxSealRows: int(2*policy.WithDefaults().MaxRows + 64), MaxSealBytes: 2*policy.WithDefaults().MaxBytes + 4<<20}
+		MaxSealBytes: 2*policy.WithDefaults().MaxBytes + 4<<20}
 	if threadPriorities {
 		enc.Opts.OwnThread = true
 		wopts.EncodeOn = encodeAtIdlePriority(logger.With("component", "archive"))
@@ -305,7 +324,24 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, procs int
 		}
 		return fmt.Errorf("opening the archive: %w", err)
 	}
-	reader, err := archive.Open(c.archivePath)
+	// One memory budget (memory.go). The fixed shares, and the decoded-
+	// segment cache (bounded by --query.cache-bytes), are reserved here
+	// for the process's life; every question reserves from the rest what
+	// its answer holds as it decodes (promql-read's Options.Memory).
+	mem, _ := planMemory(int64(c.memoryLimit))
+	defer applyGoMemoryLimit(mem.goLimit, os.Getenv)()
+	budget := membudget.New(mem.limit)
+	if qc := int64(c.queryCache); qc > mem.reads/2 {
+		logger.Warn("--query.cache-bytes is more than half of what reads may hold under --memory.limit; using that half",
+			"query.cache-bytes", c.queryCache, "memory.limit", c.memoryLimit, "cache", units.Base2Bytes(mem.reads/2))
+		c.queryCache = units.Base2Bytes(mem.reads / 2)
+	}
+	if _, err := budget.Reserve(ctx, mem.fixed+mem.ingest+mem.sqlite+mem.gcSlack+int64(c.queryCache)); err != nil {
+		w.Close()
+		return fmt.Errorf("reserving the fixed memory shares: %w", err)
+	}
+	reader, err := archive.OpenWithOptions(c.archivePath, archive.ReadOptions{
+		MemoryBytes: mem.sqlite, MaxConns: mem.readerConns(c.queryMaxConc)})
 	if err != nil {
 		w.Close()
 		return fmt.Errorf("opening a read handle: %w", err)
@@ -318,6 +354,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, procs int
 		Seal:              policy,
 		Retention:         time.Duration(c.retentionTime),
 		RetentionBytes:    int64(c.retentionSize),
+		DiskReserve:       int64(c.diskReserve),
 		CompactTargetRows: c.compactRows,
 		WriteTimeout:      time.Duration(c.writeTimeout),
 		Parallelism:       procs,
@@ -332,7 +369,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, procs int
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		newArchiveCollector(w, reader, ing))
+		newArchiveCollector(w, reader, ing), newMemoryCollector(mem, budget))
 	fwd.register(reg)
 	h, err := receiver.NewHandler(ing, receiver.Options{
 		MaxCompressedBytes: int64(c.maxRequest),
@@ -356,6 +393,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, procs int
 		CacheBytes:     int64(c.queryCache),
 		Logger:         logger.With("component", "read"),
 		Series:         series,
+		Memory:         budget,
+		MemoryPerQuery: mem.reads - int64(c.queryCache),
 	})
 	if err != nil {
 		reader.Close()
@@ -363,7 +402,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, procs int
 		return usage("%v", err)
 	}
 
-	var ready atomic.Bool
+	var ready, warming atomic.Bool
+	warming.Store(true)
 	r := chi.NewRouter()
 	r.Handle("/api/v1/write", h)
 	api.Register(r) // /api/v1/read, /api/v1/query, ... (Prometheus's HTTP API)
@@ -376,26 +416,29 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, procs int
 	// auth like every other path).
 	r.Mount("/debug", middleware.Profiler())
 	r.Get("/-/healthy", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "Healthy.\n") })
-	r.Get("/-/ready", func(w http.ResponseWriter, _ *http.Request) {
+	// Ready: started, not shutting down, and the writer can commit. While
+	// it cannot (a full disk, EIO) writes are refused with 507/503, so a
+	// load balancer or supervisor must not see a healthy server; the answer
+	// says why, and turns 200 again by itself once the writer commits.
+	r.Get("/-/ready", func(rw http.ResponseWriter, _ *http.Request) {
 		if !ready.Load() {
-			http.Error(w, "Not ready.", http.StatusServiceUnavailable)
+			if warming.Load() {
+				http.Error(rw, "Not ready: indexing the archive for reads (writes are taken).", http.StatusServiceUnavailable)
+				return
+			}
+			http.Error(rw, "Not ready.", http.StatusServiceUnavailable)
 			return
 		}
-		io.WriteString(w, "Ready.\n")
+		if err := w.Health(); err != nil {
+			http.Error(rw, "Not ready: "+oneLine(err), http.StatusServiceUnavailable)
+			return
+		}
+		io.WriteString(rw, "Ready.\n")
 	})
 	srv := &http.Server{Handler: r, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
 
-	// The index of what the archive already holds, before the first
-	// question: an open reads every segment's series table (no samples)
-	// and decodes the live tails.
-	started := time.Now()
-	if err := api.Queryable().Warm(ctx); err != nil {
-		reader.Close()
-		w.Close()
-		return fmt.Errorf("indexing the archive: %w", err)
-	}
-	logger.Info("indexed the archive", "series", series.Len(), "took", time.Since(started).Round(time.Millisecond))
-
+	// The forwarder reads the archive through its own snapshots: it needs
+	// the archive and the writer open, not the read index.
 	if err := fwd.start(ctx, reader, w); err != nil {
 		reader.Close()
 		w.Close()
@@ -404,17 +447,40 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, procs int
 
 	bg, stopBG := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	wg.Add(2)
+	wg.Add(1)
 	go func() { defer wg.Done(); ing.Run(bg) }()
-	go func() { defer wg.Done(); api.Queryable().Follow(bg, followEvery) }()
-
 	serveErr := make(chan error, len(listeners))
 	for _, l := range listeners {
 		go func(l net.Listener) { serveErr <- web.Serve(l, srv, c.web, logger) }(l)
 	}
-	ready.Store(true)
+	logger.Info("memory budget", "limit", units.Base2Bytes(mem.limit), "go_soft_limit", units.Base2Bytes(mem.goLimit),
+		"sqlite_readers", units.Base2Bytes(mem.sqlite), "reader_connections", mem.readerConns(c.queryMaxConc),
+		"reads", units.Base2Bytes(mem.reads), "query_cache", c.queryCache)
 	logger.Info("dendro-receiver serving", "version", buildVersion(), "archive", c.archivePath,
 		"listen", strings.Join(*c.web.WebListenAddresses, ","), "created", !exists)
+
+	// Writes are taken from here on: the ingester has resumed, and a
+	// sender that restarted with us should not wait for reads to be
+	// fast. Ready waits for the read index to hold what the archive
+	// already holds (every segment's series table, no samples, and the
+	// live tails decoded), so that the first question a balanced reader
+	// sends costs what any other does; a question asked meanwhile is
+	// answered right, indexing what it needs itself.
+	warmed := make(chan error, 1)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		started := time.Now()
+		err := api.Queryable().Warm(bg)
+		if err == nil {
+			logger.Info("indexed the archive: ready", "series", series.Len(), "took", time.Since(started).Round(time.Millisecond))
+			wg.Add(1) // while this goroutine's count holds wg above zero
+			go func() { defer wg.Done(); api.Queryable().Follow(bg, followEvery) }()
+			ready.Store(true)
+		}
+		warming.Store(false)
+		warmed <- err
+	}()
 
 	var runErr error
 	select {
@@ -423,6 +489,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, procs int
 	case err := <-serveErr:
 		if !errors.Is(err, http.ErrServerClosed) {
 			runErr = fmt.Errorf("serving: %w", err)
+		}
+	case err := <-warmed:
+		if err != nil && bg.Err() == nil {
+			runErr = fmt.Errorf("indexing the archive: %w", err)
+			break
+		}
+		select {
+		case <-ctx.Done():
+			logger.Info("shutting down: finishing in-flight requests")
+		case err := <-serveErr:
+			if !errors.Is(err, http.ErrServerClosed) {
+				runErr = fmt.Errorf("serving: %w", err)
+			}
 		}
 	}
 	// Shutdown order: stop taking requests and finish those in flight; stop

@@ -53,14 +53,15 @@
 //
 // 10,000 series × 720 samples at 10 s (2 h, 7.2 M samples, three rounds);
 // 100,000 × 120 at 15 s (30 min, 12 M, one round); 1,000,000 × 12 at 15 s
-// (3 min, 12 M, one round). Measured on the project's 2-core machine (b4fef0d),
-// a 1 M-series run of one shape takes 2 to 7 minutes per server (Prometheus
-// ingests 50 k samples/s there and replays 35 s of WAL at a restart;
-// dendro-receiver's reads take seconds each), so 1 M series fit only with
-// few samples; every sample is read back, which costs as much again as
-// the ingest. The spans stay under 3 h so Prometheus never compacts its
-// head during a run (its CPU would land outside the window at random)
-// and "after flush" means the same for every scale. At 1 M series the
+// (3 min, 12 M, one round): 37 minutes on the project's 2-core machine
+// (b4fef0d). There a 1 M-series run of one shape takes 1 to 7 minutes per
+// server (Prometheus ingests 40-50 k samples/s and replays its WAL for
+// 17-35 s at a restart; dendro-receiver's reads take seconds each), so 1 M
+// series fit only with few samples: every sample is read back, which
+// costs about as much again as the ingest. The spans stay under 3 h so
+// Prometheus never compacts its head during a run (its CPU would land
+// outside the window at random) and "after flush" means the same for
+// every scale. At 1 M series the
 // load is mostly the first samples of new series: it measures series
 // creation as much as appends. --scales changes all of it.
 //

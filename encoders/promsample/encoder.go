@@ -804,7 +804,12 @@ func worthBreak(prevLast int64, cur *deltaStats) bool {
 	bd := cur.first - prevLast
 	ws := bitsFor(cur.maxD - cur.minD)
 	wb := bitsFor(max(cur.maxD, bd) - min(cur.minD, bd))
-	return int64(wb-ws)*80/8 > pageCostBytes
+	// The widening costs (wb-ws) bits on each value of the block the jump
+	// falls in: up to a block of 128, and no more than the run has. A
+	// series of a few samples (a segment of a million series holds two or
+	// three of each) saves less than a page costs, and pages cut that
+	// short made a reader decode a page header per series.
+	return int64(wb-ws)*int64(min(cur.n, 128))/8 > pageCostBytes
 }
 
 func (cw *columnWriter) planBreaks(series []*seriesData) {

@@ -191,6 +191,15 @@ func parseSeriesTable(r *reader) *SeriesTable {
 		t.Hashes = append(t.Hashes, r.u64())
 		t.off = append(t.off, uint32(len(t.pairs)))
 		prev = t.pairs[start:]
+		if i == 0 && r.err == nil {
+			// Series of one stream mostly have as many labels as the
+			// first: size for that, so that a table of a hundred
+			// thousand series is not regrown twenty times (bounded by
+			// what is left to read, so a corrupt count cannot make it
+			// allocate more than a few times the table's size).
+			t.pairs = slices.Grow(t.pairs, min((ns-1)*len(prev), 4*r.left()))
+			prev = t.pairs[start:]
+		}
 	}
 	return t
 }
