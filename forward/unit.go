@@ -58,7 +58,9 @@ func (us *unitSeries) items() int64 {
 func (us *unitSeries) slice(from, to int64) (s []promsample.Sample, h []promsample.Histogram, e []promsample.Exemplar) {
 	ns, nh := int64(len(us.samples)), int64(len(us.histograms))
 	clip := func(lo, hi, base, n int64) (int64, int64) {
-		a, b := max(lo-base, 0), min(hi-base, n)
+		// [lo, hi) may end before this kind's items begin (hi < base)
+		// or start after they end: then it takes none of them.
+		a, b := min(max(lo-base, 0), n), min(max(hi-base, 0), n)
 		if a > b {
 			a = b
 		}
