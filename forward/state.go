@@ -201,11 +201,25 @@ type floorMap struct {
 	ageFloor int64
 }
 
+// emptyMargin bounds how long after its stamp a row commits (see floor).
+const emptyMargin = 5 * time.Second
+
 func (st *streamState) floor() floor {
 	p, e, hasE := st.ackPos()
 	need := p.Done
 	if need != math.MaxInt64 {
 		need++
+	}
+	if need == math.MinInt64+1 && st.emptyAt != 0 {
+		// A stream that held nothing when last read (a source's stream
+		// bucket never written) needs nothing older than then: its first
+		// row is stamped by the writer's clock after that, but for one
+		// stamped before the read and committed after its snapshot, which
+		// emptyMargin covers. Without this, one empty bucket would hold
+		// the whole source from time retention (its need is per source).
+		// Only a retention shorter than the margin could reach what the
+		// margin guards.
+		need = st.emptyAt - int64(emptyMargin)
 	}
 	// keep: the rows a restart (or this reader) reads as rows. Only rows
 	// of an epoch the reader is in, or rows after live rows it read, can

@@ -57,6 +57,10 @@ type streamState struct {
 	next      *candidate
 	plannedAt time.Time
 	idle      bool
+	// emptyAt: the last plan found the stream empty (nothing ever read,
+	// nothing acknowledged) at this wall time, Unix ns; 0: it did not.
+	// See floor().
+	emptyAt int64
 
 	// Resuming from a cursor: until the first unit past its h.
 	resume *resumeState
@@ -408,7 +412,7 @@ func (u *upstream) planStreams() error {
 	}
 	return u.f.r.View(u.ctx, func(tx *archive.ReadTx) error {
 		for _, st := range todo {
-			if err := u.plan(tx, st); err != nil {
+			if err := u.plan(tx, st, now); err != nil {
 				return err
 			}
 			st.plannedAt = now
@@ -418,7 +422,7 @@ func (u *upstream) planStreams() error {
 }
 
 // plan decides a stream's next unit (see doc.go, "Reading order").
-func (u *upstream) plan(tx *archive.ReadTx, st *streamState) error {
+func (u *upstream) plan(tx *archive.ReadTx, st *streamState, now time.Time) error {
 	src, name := st.key.source, st.key.stream
 	segs, err := tx.StreamSegmentsAfter(src, name, st.readDone, 1)
 	if err != nil {
@@ -484,6 +488,10 @@ func (u *upstream) plan(tx *archive.ReadTx, st *streamState) error {
 		return nil
 	}
 	st.rows, st.hasAnchorsFrom, st.idle = nil, false, true
+	st.emptyAt = 0
+	if st.readDone == math.MinInt64 && st.done == math.MinInt64 && len(st.open) == 0 {
+		st.emptyAt = now.UnixNano()
+	}
 	return nil
 }
 
