@@ -592,3 +592,21 @@ func upstreamTo(url string) forward.Options {
 }
 
 func tempPath(t testing.TB) string { return filepath.Join(t.TempDir(), "node.db") }
+
+func ingestOptions(retention time.Duration, bytes int64) receiver.IngestOptions {
+	return receiver.IngestOptions{Retention: retention, RetentionBytes: bytes, CompactTargetRows: -1}
+}
+
+// diffArchives says which series lost samples from before to after.
+func diffArchives(before, after []promsample.Series) string {
+	have := map[string]int{}
+	for _, s := range after {
+		have[s.Labels.String()] = len(s.Samples)
+	}
+	for _, s := range before {
+		if have[s.Labels.String()] < len(s.Samples) {
+			return fmt.Sprintf("%s: %d samples, had %d", s.Labels, have[s.Labels.String()], len(s.Samples))
+		}
+	}
+	return ""
+}
