@@ -51,7 +51,7 @@ type options struct {
 	step                                               time.Duration
 	keep                                               bool
 	vm, vmagent                                        string
-	shards, maxPerSend                                 int
+	shards, maxPerSend, capacity                       int
 	only                                               string
 }
 
@@ -65,6 +65,7 @@ func main() {
 	flag.IntVar(&o.rounds, "rounds", 3, "rounds of every measurement")
 	flag.IntVar(&o.shards, "shards", 4, "dendro-receiver's --forward.shards")
 	flag.IntVar(&o.maxPerSend, "max-samples-per-send", 2000, "dendro-receiver's queue_config.max_samples_per_send")
+	flag.IntVar(&o.capacity, "capacity", 10000, "dendro-receiver's queue_config.capacity")
 	flag.DurationVar(&o.step, "step", 10*time.Second, "sample interval")
 	flag.BoolVar(&o.keep, "keep", false, "keep the data directories")
 	flag.StringVar(&o.only, "only", "", "run only this measurement: dendro, vmagent (drains) or ingest")
@@ -110,7 +111,7 @@ func run(o options) error {
 		o.series, o.samples, total, o.batch, o.senders, runtime.NumCPU(), loadavg())
 
 	var results []result
-	var ingest [][2]float64
+	var ingest []ingestResult
 	for round := 1; round <= o.rounds; round++ {
 		dir := filepath.Join(root, fmt.Sprintf("round%d", round))
 		os.MkdirAll(dir, 0o755)
@@ -141,12 +142,15 @@ func run(o options) error {
 		if o.only != "" && o.only != "ingest" {
 			continue
 		}
-		alone, fwd, err := ingestRates(o, bin, filepath.Join(dir, "ingest"), reqs, total, round%2 == 0)
+		ir, err := ingestRates(o, bin, filepath.Join(dir, "ingest"), reqs, total, round%2 == 0)
 		if err != nil {
 			return fmt.Errorf("round %d ingest: %w", round, err)
 		}
-		ingest = append(ingest, [2]float64{alone, fwd})
-		fmt.Printf("round %d ingest: alone %.0f k samples/s, while forwarding %.0f k samples/s (x%.2f)\n", round, alone/1e3, fwd/1e3, fwd/alone)
+		ingest = append(ingest, ir)
+		for _, r := range ir.runs {
+			fmt.Printf("round %d ingest %-5s %.0f k samples/s; CPU s: dendro-receiver %.1f, VictoriaMetrics %.1f; forwarding done %v after the last write\n",
+				round, r.kind, r.rate/1e3, r.cpu, r.upCPU, r.behind.Round(time.Millisecond))
+		}
 		if !o.keep {
 			os.RemoveAll(dir)
 		}
@@ -155,7 +159,7 @@ func run(o options) error {
 	return nil
 }
 
-func report(o options, results []result, ingest [][2]float64, total int64) {
+func report(o options, results []result, ingest []ingestResult, total int64) {
 	fmt.Printf("\n| drain of %.1f M samples (%d series) to VictoriaMetrics | round | first to last row, s | k samples/s | from upstream ready, s | CPU s, sender | CPU s, VictoriaMetrics |\n",
 		float64(total)/1e6, o.series)
 	fmt.Println("| --- | --- | --- | --- | --- | --- | --- |")
@@ -164,10 +168,12 @@ func report(o options, results []result, ingest [][2]float64, total int64) {
 		fmt.Printf("| %s | %d | %.2f | %.0f | %.2f | %.1f | %.1f |\n", r.what, r.round, r.firstToLast.Seconds(),
 			float64(r.samples)/r.firstToLast.Seconds()/1e3, r.fromUp.Seconds(), r.cpuSource, r.cpuUpstrem)
 	}
-	fmt.Printf("\n| ingest of %.1f M samples | round | alone, k samples/s | while forwarding, k samples/s | ratio |\n", float64(total)/1e6)
-	fmt.Println("| --- | --- | --- | --- | --- |")
+	fmt.Printf("\n| ingest of %.1f M samples | round | alone, k/s (CPU s) | forwarding to VictoriaMetrics on the same cores, k/s (CPU s dendro + VM) | ratio | forwarding to a sink, k/s (CPU s) | ratio |\n", float64(total)/1e6)
+	fmt.Println("| --- | --- | --- | --- | --- | --- | --- |")
 	for i, r := range ingest {
-		fmt.Printf("| dendro-receiver | %d | %.0f | %.0f | %.2f |\n", i+1, r[0]/1e3, r[1]/1e3, r[1]/r[0])
+		a, v, k := r.get("alone"), r.get("vm"), r.get("sink")
+		fmt.Printf("| dendro-receiver | %d | %.0f (%.1f) | %.0f (%.1f + %.1f) | %.2f | %.0f (%.1f) | %.2f |\n", i+1,
+			a.rate/1e3, a.cpu, v.rate/1e3, v.cpu, v.upCPU, v.rate/a.rate, k.rate/1e3, k.cpu, k.rate/a.rate)
 	}
 }
 
@@ -396,8 +402,8 @@ func drainDendro(o options, bin, dir string, reqs [][][]byte, total int64) (resu
 	vmAddr, addr := freeAddr(), freeAddr()
 	cfg := filepath.Join(dir, "forward.yml")
 	os.MkdirAll(dir, 0o755)
-	os.WriteFile(cfg, []byte(fmt.Sprintf("upstreams:\n  - url: http://%s/api/v1/write\n    name: vm\n    queue_config: {shards: %d, max_samples_per_send: %d}\n",
-		vmAddr, o.shards, o.maxPerSend)), 0o644)
+	os.WriteFile(cfg, []byte(fmt.Sprintf("upstreams:\n  - url: http://%s/api/v1/write\n    name: vm\n    queue_config: {shards: %d, max_samples_per_send: %d, capacity: %d}\n",
+		vmAddr, o.shards, o.maxPerSend, o.capacity)), 0o644)
 	d, err := start(dir, "dendro-receiver", bin, "--web.listen-address="+addr, "--archive.path="+filepath.Join(dir, "a.db"),
 		"--forward.config.file="+cfg, "--log.level=warn")
 	if err != nil {
@@ -461,62 +467,107 @@ func drainVMAgent(o options, dir string, reqs [][][]byte, total int64) (result, 
 	return r, err
 }
 
-// ingestRates writes the load to a fresh dendro-receiver alone and to one
-// forwarding to a running VictoriaMetrics; forwardFirst swaps the order.
-func ingestRates(o options, bin, dir string, reqs [][][]byte, total int64, forwardFirst bool) (alone, fwd float64, err error) {
-	measure := func(forward bool) (float64, error) {
-		sub := filepath.Join(dir, fmt.Sprintf("fwd-%v", forward))
+// ingestRates writes the load to a fresh dendro-receiver alone, to one
+// forwarding everything to a running VictoriaMetrics as it arrives, and to
+// one forwarding to a sink that only reads the requests (the forwarder's
+// own cost, without an upstream's on the same two cores); forwardFirst
+// reverses the order.
+func ingestRates(o options, bin, dir string, reqs [][][]byte, total int64, forwardFirst bool) (ingestResult, error) {
+	var res ingestResult
+	measure := func(kind string) error {
+		sub := filepath.Join(dir, kind)
 		addr := freeAddr()
 		args := []string{"--web.listen-address=" + addr, "--archive.path=" + filepath.Join(sub, "a.db"), "--log.level=warn"}
 		var vm *proc
-		var vmAddr string
-		if forward {
-			vmAddr = freeAddr()
+		var upURL string
+		switch kind {
+		case "vm":
+			vmAddr := freeAddr()
 			var err error
 			if vm, err = startVM(o, filepath.Join(sub, "vm"), vmAddr); err != nil {
-				return 0, err
+				return err
 			}
 			defer vm.stop()
-			args = append(args, "--forward.url=http://"+vmAddr+"/api/v1/write", fmt.Sprintf("--forward.shards=%d", o.shards))
+			upURL = "http://" + vmAddr + "/api/v1/write"
+		case "sink":
+			sink := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				io.Copy(io.Discard, r.Body)
+				w.WriteHeader(http.StatusNoContent)
+			})}
+			l, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				return err
+			}
+			go sink.Serve(l)
+			defer sink.Close()
+			upURL = "http://" + l.Addr().String() + "/api/v1/write"
+		}
+		if upURL != "" {
+			args = append(args, "--forward.url="+upURL, fmt.Sprintf("--forward.shards=%d", o.shards))
 		}
 		d, err := start(sub, "dendro-receiver", bin, args...)
 		if err != nil {
-			return 0, err
+			return err
 		}
 		defer d.stop()
 		if err := waitOK("http://"+addr+"/-/ready", d); err != nil {
-			return 0, err
+			return err
+		}
+		cpu0 := d.cpu()
+		var vcpu0 float64
+		if vm != nil {
+			vcpu0 = vm.cpu()
 		}
 		el, err := send("http://"+addr+"/api/v1/write", reqs, o.senders)
 		if err != nil {
-			return 0, err
+			return err
 		}
-		rate := float64(total) / el.Seconds()
-		if forward {
+		r := ingestRun{kind: kind, rate: float64(total) / el.Seconds(), cpu: d.cpu() - cpu0}
+		if vm != nil {
+			r.upCPU = vm.cpu() - vcpu0
+		}
+		if upURL != "" {
 			// It must also have kept up: wait for the rest, and say how long.
 			t0 := time.Now()
-			for scrape("http://"+vmAddr, "vm_rows_inserted_total", `type="promremotewrite"`) < float64(total) {
+			for scrape("http://"+addr, "dendro_forward_samples_sent_total", "") < float64(total) {
 				if time.Since(t0) > 5*time.Minute {
-					return 0, errors.New("forwarding did not finish")
+					return errors.New("forwarding did not finish")
 				}
-				time.Sleep(50 * time.Millisecond)
+				time.Sleep(20 * time.Millisecond)
 			}
-			fmt.Printf("  forwarding finished %v after the last write was acknowledged\n", time.Since(t0).Round(time.Millisecond))
+			r.behind = time.Since(t0)
 		}
-		return rate, nil
+		res.runs = append(res.runs, r)
+		return nil
 	}
+	kinds := []string{"alone", "vm", "sink"}
 	if forwardFirst {
-		if fwd, err = measure(true); err != nil {
-			return
+		kinds = []string{"sink", "vm", "alone"}
+	}
+	for _, k := range kinds {
+		if err := measure(k); err != nil {
+			return res, fmt.Errorf("%s: %w", k, err)
 		}
-		alone, err = measure(false)
-		return
 	}
-	if alone, err = measure(false); err != nil {
-		return
+	return res, nil
+}
+
+type ingestRun struct {
+	kind       string
+	rate       float64 // samples/s acknowledged
+	cpu, upCPU float64 // CPU seconds of dendro-receiver and of VictoriaMetrics over the load
+	behind     time.Duration
+}
+
+type ingestResult struct{ runs []ingestRun }
+
+func (r ingestResult) get(kind string) ingestRun {
+	for _, x := range r.runs {
+		if x.kind == kind {
+			return x
+		}
 	}
-	fwd, err = measure(true)
-	return
+	return ingestRun{}
 }
 
 func loadavg() string {
