@@ -59,6 +59,22 @@
 // caller allow: the encoding is the writer's one long computation, and a
 // caller may run it at a lower CPU priority than the commits.
 //
+// Reading a segment in place: ReadTx.OpenSegment gives a SegmentBlob, an
+// io.ReaderAt over the BLOB through SQLite's incremental BLOB I/O, valid
+// for the snapshot, so a reader of a few series fetches only their pages,
+// not the segment. The catalog's caller_index (SegmentIndex) lets it plan
+// without touching the BLOB at all.
+//
+// Ordering with the writer: AppendQueued returns once the writer's channel
+// took a tick, before its commit, so a caller can order its own next
+// message after it (the receiver closes an epoch this way without holding
+// a lock across an fsync) and wait for the commit separately.
+//
+// Retention per stream: EvictStreamsBefore evicts the streams a predicate
+// selects; with ReadTx.LiveSpans and LiveRowsBefore a caller evicts each
+// stream only below its oldest live row, which is how the receiver keeps
+// an eviction from cutting what a later live row still refers to.
+//
 // Caveat: a snapshot pins the sidecar frames it can see, so no checkpoint
 // moves them while it is held and the -wal grows. Hold a snapshot for one
 // answer, never for a reader's life (SegmentBytesAt reopens per fetch).

@@ -75,6 +75,14 @@ type outage struct {
 // in an outage (or just after one: outageFlapGuard) it makes one attempt.
 // It records nothing: see withRetries.
 func (l *loop) attempt(op func() error) error {
+	if l.down != nil && IsDiskFull(l.down.err) {
+		// A full disk: copy the sidecar back first, so that this
+		// transaction may write it from its start, in the room it
+		// already has (see probe). Under a steady load the writer is
+		// never idle enough to probe, and an eviction, the transaction
+		// that frees room, needs the sidecar room as much as an append.
+		l.checkpoint()
+	}
 	err := op()
 	if l.down != nil || (!l.upAgain.IsZero() && time.Since(l.upAgain) < outageFlapGuard) {
 		return err

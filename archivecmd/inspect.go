@@ -58,7 +58,7 @@ type Stats struct {
 
 // Sidecar is one of SQLite's files beside the archive.
 type Sidecar struct {
-	Name  string // "-wal", "-shm", "-journal"
+	Name  string // "-wal", "-shm", "-journal", "-ballast" (a server with --retention.size keeps one)
 	Bytes int64
 }
 
@@ -86,7 +86,7 @@ type StreamReport struct {
 // crash in a rollback-journal mode.
 func Sidecars(path string) []Sidecar {
 	var out []Sidecar
-	for _, side := range []string{"-wal", "-shm", "-journal"} {
+	for _, side := range []string{"-wal", "-shm", "-journal", "-ballast"} {
 		if fi, err := os.Lstat(path + side); err == nil {
 			out = append(out, Sidecar{Name: side, Bytes: fi.Size()})
 		}

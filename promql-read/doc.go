@@ -16,37 +16,52 @@
 // How a question is answered. Every Select runs in ONE archive snapshot
 // (archive.View), taken when the Select is called and released before it
 // returns: the snapshot pins the archive's -wal sidecar, so it is held for
-// one answer, never for a querier's life. Inside it, per source: the
-// __name__ matchers pick the streams (all series of one metric live in the
-// stream promsample.StreamFor names), each stream's sealed segments are
-// planned from the catalog alone (the segment index's sample-time span and
-// metric names; a row's archive ts is receipt time and says nothing about
-// sample time), the segments that may match are decoded (or taken from the
-// cache), and the live tail above the sealed watermark is decoded and
-// filtered. Series with equal label sets, from any segment, the tail or any
-// source, are one series: their samples are merged in time order and exact
+// one answer, never for a querier's life.
+//
+// The series index (package seriesindex, indexsync.go) picks the series:
+// every matcher, of every type and on every label (__name__ regexes
+// included), is answered from its postings (label name, value, series),
+// and each series knows the streams and receipt spans that hold its data.
+// The index is derived state: Warm builds it at start from every sealed
+// segment's series table (promsample's format-2 index, no sample read)
+// and every live tail; Follow (while questions come: followIdle), and
+// each Select for the streams it reads, keep it current with the
+// archive's commits (a segment is indexed once
+// per process; a tail takes the rows appended since). The label and series
+// endpoints answer from it alone.
+//
+// Then, per stream the chosen series live in: the sealed segments whose
+// sample-time span and series may match are planned from the catalog, and
+// a segment with a series table is read in place (the BLOB through an
+// io.ReaderAt, promsample.SegmentReader): the series are found in its
+// directory (segdir.go: the table's row counts and page sums, and the
+// series' hashes sorted) and only their pages are decoded, each checked
+// against its sum. A segment from before index format 2 is read whole.
+// The live tail above the sealed watermark (tail.go) is decoded once, row
+// by row as rows arrive, into per-series packed samples (delta-of-delta
+// timestamps, XOR values, bit-exact), and a Select takes just its series.
+// Series with equal label sets, from any segment, the tail or any source,
+// are one series: their samples are merged in time order and exact
 // duplicates (same timestamp, same value bits) dropped; a late sample
-// (received after newer ones) lands in its place.
+// (received after newer ones) lands in its place (answer.go).
 //
 // The cache (Options.CacheBytes, an LRU bounded by the entries' real
-// sizes) holds only what cannot change: a sealed segment's parsed index and
-// its series per metric (keyed by source, stream, seq, rows, receipt span
-// and size, because compaction reuses a seq for the merged segment), and a
-// stream's live tail merged per metric (keyed by the live set's count and
-// ts span, which changes whenever the set does; a tail that only grew is
-// extended from the previous one, and replaces it). Series are held packed:
-// floats as Gorilla XOR chunks of at most 120 samples with their time
-// spans (bit-exact, a few bytes per sample), with label postings for
-// equality matchers, so a range read decodes only the chunks it overlaps
-// and a one-series question never walks a metric's other series. The
-// catalog answers a question needs (sources, the stream's segments, its
-// live span) are remembered per connection and snapshot version
-// (archive.ReadTx.Version), so a repeated question on an archive that has
-// not changed costs BEGIN, one PRAGMA, ROLLBACK and map lookups; after a
-// commit, three more statements. A first read of a metric in a segment
-// decodes all of that metric's series there. A Select takes cached
-// series as references and decodes their chunks only when the answer is
-// used (answer.go), a large answer on several goroutines.
+// sizes) holds only what cannot change: a sealed segment's directory and
+// metadata, keyed by source, stream, seq, rows, receipt span and size
+// (compaction reuses a seq for the merged segment). The catalog answers a
+// question needs (sources, the stream's segments, its live span) are
+// remembered per connection and snapshot version (archive.ReadTx.Version),
+// so a repeated question on an archive that has not changed costs BEGIN,
+// one PRAGMA, ROLLBACK and map lookups.
+//
+// Memory: a question (a PromQL query, a remote-read request) counts the
+// samples it holds against Options.MaxSamples and, with Options.Memory,
+// reserves their bytes from the process's budget as its answer grows (32
+// B a float, 320 B a histogram, in 1 MiB steps), released when the
+// question ends. A question that would hold more than MemoryPerQuery is
+// refused at once (MemoryLimitError: 422, like Prometheus's too many
+// samples); one that finds the budget taken by others waits for it, and
+// gets 503 if its context ends first.
 //
 // Caveats:
 //

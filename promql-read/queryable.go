@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/prometheus/prometheus/model/exemplar"
 	"github.com/prometheus/prometheus/model/histogram"
@@ -135,6 +136,7 @@ func (q *chunkQuerier) Select(ctx context.Context, sort bool, hints *storage.Sel
 // granularity of the segments and tails holding them, as Prometheus's
 // blocks do).
 func (s *store) labelValues(ctx context.Context, mint, maxt int64, name string, ms []*labels.Matcher) ([]string, error) {
+	s.asked.Store(time.Now().UnixNano())
 	if err := s.syncAll(ctx, constrainNames(ms)); err != nil {
 		return nil, err
 	}
@@ -142,6 +144,7 @@ func (s *store) labelValues(ctx context.Context, mint, maxt int64, name string, 
 }
 
 func (s *store) labelNames(ctx context.Context, mint, maxt int64, ms []*labels.Matcher) ([]string, error) {
+	s.asked.Store(time.Now().UnixNano())
 	if err := s.syncAll(ctx, constrainNames(ms)); err != nil {
 		return nil, err
 	}

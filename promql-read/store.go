@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/prometheus/model/labels"
 
@@ -28,6 +29,9 @@ type store struct {
 	opts  Options
 	// idx is what the store has indexed of the archive (indexsync.go).
 	idx indexState
+	// asked is when a question last came (Unix ns): Follow keeps the
+	// tails current only while questions come (followIdle).
+	asked atomic.Int64
 	// memos remembers catalog answers per connection and snapshot version
 	// (see catalog).
 	memos memos
@@ -321,6 +325,7 @@ func (s *store) selectSeries(ctx context.Context, p selectParams) ([]*series, er
 // those are read: from each sealed segment of their stream that overlaps
 // the range, their pages (segdir.go), and from the stream's live tail.
 func (s *store) selectPieces(ctx context.Context, p selectParams) (*selection, error) {
+	s.asked.Store(time.Now().UnixNano())
 	if p.mint > p.maxt {
 		return nil, nil
 	}

@@ -71,9 +71,8 @@ type Decoder struct {
 	// for the duration of one Decode: everything kept from it is copied
 	// (labels by the ScratchBuilder, strings by the gogo decoders).
 	bufs sync.Pool
-	// v1 lends v1Decoders, each with its label cache, at most
-	// Options.Parallelism at a time: that bounds the caches' memory
-	// (Parallelism x maxCacheBytes).
+	// v1 lends v1Decoders, with their scratch state, at most
+	// Options.Parallelism at a time.
 	v1    *freeList[*v1Decoder]
 	v2    sync.Pool // *v2Decoder
 	slabs *slabPool // Request memory, back from Recycle

@@ -147,18 +147,41 @@
 // hand-written protobuf reader (wire.go) straight into the result: label
 // strings alias the decode buffer only until the labels.ScratchBuilder
 // (in unsafe-add mode) copies them, samples land in one slab per request
-// sized by a skip-only counting pass. A label cache per pooled 1.0 decoder
-// maps the bytes of a series' leading label fields to the labels they
-// validated and decoded to: a sender repeats the same series every scrape,
-// so in the steady state labels cost one map lookup (about 3 allocations
-// per 2,000-sample request instead of one per series). The decoders live
-// in a free list of Options.Parallelism so their caches survive garbage
-// collections; each cache is bounded at 4 MiB or 65,536 entries, and
-// starts over when full. Histograms, exemplar payloads and
-// metadata use the gogo decoders of their sub-messages. FuzzDecodeV1 checks
-// the reader against gogo's decoder bit for bit. The compressed body and
+// sized by a skip-only counting pass. A series' labels are looked up in
+// the process's one series index (package seriesindex, shared with the
+// Ingester and the read path; series.go): the series predicted to follow
+// the previous one, else by a hash of the wire bytes, compared with the
+// wire without building labels. A sender repeats the same series every
+// scrape, so in the steady state a known series costs a probe and a
+// comparison, and the index grows with the active series, not up to a
+// fixed bound; only a new series is decoded, validated and added.
+// Histograms, exemplar payloads and metadata use the gogo decoders of
+// their sub-messages. FuzzDecodeV1 checks the reader against gogo's
+// decoder bit for bit. The compressed body and
 // the snappy output buffers are pooled (sync.Pool, up to 8 MiB each), as
 // are the per-decoder scratch builders; the slices handed to the Sink are
 // never reused. 2.0 uses the gogo decoder (its strings are copies) over a
 // pooled writev2.Request.
+//
+// # The Ingester
+//
+// Ingester is the Sink over an archive.Writer. It routes each series to
+// its source's stream (promsample.StreamFor), writes each stream's share
+// of a request as one anchored row (row format 2: epochs.go says how a
+// series' labels travel once per seal period and stream, and the three
+// rules that keep the live tail decodable from the rows alone), and
+// returns only once the writer reports the rows committed. Per series it
+// keeps, in the series index, the stamp of the row that anchored it and
+// when it was last written; a series idle for IngestOptions.IdleTimeout
+// drops that state (as Prometheus's head drops idle series), and its next
+// sample anchors it again.
+//
+// Run does the background work: seals by policy (seal.go; a seal closes
+// the epochs of the streams it seals first), time and size retention and
+// compaction (retention.go), and the disk reserve on a goroutine of its
+// own, with a ballast file that a full disk releases so that seals and
+// evictions can still commit (ballast.go). Retention never evicts a live
+// row: it seals the streams whose live rows reach past the cutoff first,
+// and where that seal cannot commit, each such stream is evicted only
+// below its oldest live row, so no epoch is cut.
 package receiver

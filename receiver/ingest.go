@@ -135,10 +135,14 @@ type Ingester struct {
 	// request's rows to be encoded into.
 	rowBufs bufStack
 
-	// diskFull wakes Run to check the disk reserve when a write found the
-	// disk full (capacity 1, sent without blocking).
-	diskFull chan struct{}
-	stats    ingestCounters
+	// checkDisk wakes the disk reserve's goroutine (Run) when a write
+	// found the disk full (sawFull), or wrote a tenth of the reserve since
+	// the last check (capacity 1, sent without blocking); written counts
+	// the wal bytes appended since that check.
+	checkDisk chan struct{}
+	sawFull   atomic.Bool
+	written   atomic.Int64
+	stats     ingestCounters
 }
 
 // IngestStats are the Ingester's cumulative counters.
@@ -147,16 +151,21 @@ type IngestStats struct {
 	// keep IngestOptions.DiskReserve free, before RetentionBytes required
 	// it; EarlyEvictedSegments and EarlyEvictedBytes what they evicted.
 	EarlyEvictions, EarlyEvictedSegments, EarlyEvictedBytes int64
+	// BallastReleases counts the times a full disk took the ballast
+	// (ballast.go) so that seals and evictions could commit.
+	BallastReleases int64
 }
 
 type ingestCounters struct {
 	earlyEvictions, earlyEvictedSegments, earlyEvictedBytes atomic.Int64
+	ballastReleases                                         atomic.Int64
 }
 
 // Stats returns a snapshot of the Ingester's counters.
 func (in *Ingester) Stats() IngestStats {
 	return IngestStats{EarlyEvictions: in.stats.earlyEvictions.Load(),
-		EarlyEvictedSegments: in.stats.earlyEvictedSegments.Load(), EarlyEvictedBytes: in.stats.earlyEvictedBytes.Load()}
+		EarlyEvictedSegments: in.stats.earlyEvictedSegments.Load(), EarlyEvictedBytes: in.stats.earlyEvictedBytes.Load(),
+		BallastReleases: in.stats.ballastReleases.Load()}
 }
 
 func (in *Ingester) getScratch() *rowScratch { return in.scratch.get() }
@@ -269,7 +278,7 @@ func NewIngester(ctx context.Context, opts IngestOptions) (*Ingester, error) {
 	opts.Seal = opts.Seal.WithDefaults()
 	in := &Ingester{opts: opts, enc: &promsample.Encoder{}, log: opts.Logger, x: opts.Series,
 		sources: map[string]*sourceState{}, byID: map[archive.SourceID]*sourceState{},
-		accounts: map[streamKey]*archive.SegmentAccount{}, diskFull: make(chan struct{}, 1)}
+		accounts: map[streamKey]*archive.SegmentAccount{}, checkDisk: make(chan struct{}, 1)}
 	in.scratch = newFreeList(cmp.Or(max(opts.Parallelism, 0), runtime.GOMAXPROCS(0)), func() *rowScratch { return new(rowScratch) })
 
 	type resumable struct {
@@ -442,6 +451,16 @@ func (in *Ingester) Write(ctx context.Context, name string, series []Series, met
 		return Counts{}, nil
 	}
 	sending(ctx)
+	if in.opts.RetentionBytes > 0 {
+		b := int64(0)
+		for i := range rows {
+			b += int64(len(rows[i].Data))
+		}
+		if in.written.Add(b) > in.opts.DiskReserve/10 {
+			in.written.Store(0)
+			in.wakeDiskCheck()
+		}
+	}
 	q, err := in.opts.Writer.AppendQueued(ctx, []archive.SourceRows{{Source: st.id, Rows: rows}}, true)
 	st.mu.RUnlock()
 	if err != nil {
@@ -454,10 +473,8 @@ func (in *Ingester) Write(ctx context.Context, name string, series []Series, met
 	if n := res.Dropped(); n > 0 {
 		cause := res.Err()
 		if archive.IsDiskFull(cause) && in.opts.RetentionBytes > 0 {
-			select {
-			case in.diskFull <- struct{}{}:
-			default:
-			}
+			in.sawFull.Store(true)
+			in.wakeDiskCheck()
 		}
 		if cause == nil {
 			cause = fmt.Errorf("%d row(s) dropped as out of order", n)
@@ -616,23 +633,22 @@ func (in *Ingester) Run(ctx context.Context) {
 	defer compT.Stop()
 	idleT := time.NewTicker(idleEvery)
 	defer idleT.Stop()
-	diskT := time.NewTicker(diskCheckEvery)
-	defer diskT.Stop()
-	if in.opts.RetentionBytes <= 0 {
-		diskT.Stop()
+	if in.opts.RetentionBytes > 0 {
+		// The reserve has a goroutine of its own: a seal or a compaction
+		// on this one can take seconds at high cardinality, and the load
+		// goes on filling the disk meanwhile. Once the disk is full an
+		// eviction cannot commit either (archive's failure policy), so
+		// the check must never wait behind them.
+		done := make(chan struct{})
+		defer func() { <-done }() // after ctx ended: Run returns only then
+		go func() { defer close(done); in.keepDiskReserve(ctx) }()
+	} else if err := newBallast(in.opts.Reader.Path(), 0).release(); err != nil {
+		in.log.Warn("removing the ballast of an earlier run", "err", err) // one --retention.size set
 	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-diskT.C:
-			if err := in.KeepDiskReserve(ctx); err != nil && ctx.Err() == nil {
-				in.log.Warn("keeping the disk reserve failed", "err", err)
-			}
-		case <-in.diskFull:
-			if err := in.KeepDiskReserve(ctx); err != nil && ctx.Err() == nil {
-				in.log.Warn("keeping the disk reserve failed", "err", err)
-			}
 		case <-idleT.C:
 			if in.opts.IdleTimeout > 0 {
 				if n := in.x.Idle(in.opts.Now(), in.opts.IdleTimeout); n > 0 {
@@ -650,6 +666,39 @@ func (in *Ingester) Run(ctx context.Context) {
 				in.log.Warn("compaction failed", "err", err)
 			}
 		}
+	}
+}
+
+// keepDiskReserve keeps the reserve (keepRoom) at once, every
+// diskCheckEvery and whenever checkDisk wakes it, until ctx ends. It owns
+// the ballast, and removes it as it returns.
+func (in *Ingester) keepDiskReserve(ctx context.Context) {
+	b := newBallast(in.opts.Reader.Path(), in.opts.DiskReserve/2)
+	defer func() {
+		if err := b.release(); err != nil {
+			in.log.Warn("removing the ballast", "err", err)
+		}
+	}()
+	t := time.NewTicker(diskCheckEvery)
+	defer t.Stop()
+	for {
+		if err := in.keepRoom(ctx, b); err != nil && ctx.Err() == nil {
+			in.log.Warn("keeping the disk reserve failed", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-in.checkDisk:
+		}
+	}
+}
+
+// wakeDiskCheck asks for a disk reserve check now, without waiting.
+func (in *Ingester) wakeDiskCheck() {
+	select {
+	case in.checkDisk <- struct{}{}:
+	default:
 	}
 }
 

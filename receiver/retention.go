@@ -58,21 +58,34 @@ func (in *Ingester) room(ctx context.Context) (room, error) {
 	return r, err
 }
 
-// KeepDiskReserve keeps DiskReserve of room for the archive (free space on
-// its filesystem plus free pages in its file) when RetentionBytes is set,
-// by evicting the oldest segments early: before the size cap asks for it,
-// and before a full disk refuses a write. Run calls it every
-// diskCheckEvery and at once when a write found the disk full.
-func (in *Ingester) KeepDiskReserve(ctx context.Context) error {
-	if in.opts.RetentionBytes <= 0 {
-		return nil
-	}
+// keepRoom keeps DiskReserve of room for the archive (free space on its
+// filesystem, free pages in its file, and the ballast) when RetentionBytes
+// is set, by evicting the oldest segments early: before the size cap asks
+// for it, and before a full disk refuses a write. When the disk is full
+// all the same (a write found it so, or too little is free for the -wal
+// sidecar to grow), it first releases the ballast, so that the seals and
+// evictions that free room can commit; it writes the ballast again once
+// the filesystem has room for it twice over. keepDiskReserve calls it.
+func (in *Ingester) keepRoom(ctx context.Context, b *ballast) error {
 	r, err := in.room(ctx)
 	if err != nil {
 		return err
 	}
-	short := in.opts.DiskReserve - (r.freeDisk + r.freeFile)
+	full := in.sawFull.Swap(false)
+	if b.present && (full || r.freeDisk < b.size/4) {
+		if err := b.release(); err != nil {
+			return err
+		}
+		in.stats.ballastReleases.Add(1)
+		in.log.Warn("the disk is full: released the ballast so that seals and evictions can commit",
+			"ballast", b.size, "disk_free", r.freeDisk, "file_free", r.freeFile)
+		r.freeDisk += b.size
+	}
+	short := in.opts.DiskReserve - (r.freeDisk + r.freeFile + b.room())
 	if short <= 0 {
+		if !b.present && !full && b.size > 0 && r.freeDisk >= 2*b.size {
+			return b.fill()
+		}
 		return nil
 	}
 	// A quarter of the reserve more than is short, so that a steady load
@@ -278,15 +291,5 @@ func (in *Ingester) sealOlderThan(ctx context.Context, id archive.SourceID, cuto
 		return err
 	}
 	in.log.Info("sealing live rows older than the retention before evicting", "source", id, "streams", len(streams))
-	for len(streams) > 0 {
-		sealed, err := in.opts.Writer.SealWait(ctx, id, streams)
-		if err != nil {
-			return err
-		}
-		streams = streams[:0]
-		for _, s := range sealed {
-			streams = append(streams, s.Stream)
-		}
-	}
-	return nil
+	return in.sealToTheEnd(ctx, id, streams)
 }

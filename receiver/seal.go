@@ -184,17 +184,25 @@ func (in *Ingester) SealAll(ctx context.Context) error {
 				return err
 			}
 		}
-		// A bounded seal (archive.WriterOptions.MaxSealRows) leaves rows
-		// live: seal again the streams that sealed until none has any.
-		for len(streams) > 0 {
-			sealed, err := in.opts.Writer.SealWait(ctx, src, streams)
-			if err != nil {
-				return err
-			}
-			streams = streams[:0]
-			for _, s := range sealed {
-				streams = append(streams, s.Stream)
-			}
+		if err := in.sealToTheEnd(ctx, src, streams); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// sealToTheEnd seals the streams of source src until none has live rows
+// left: a bounded seal (archive.WriterOptions.MaxSealRows) leaves rows
+// live, so the streams that sealed are sealed again. It reuses streams.
+func (in *Ingester) sealToTheEnd(ctx context.Context, src archive.SourceID, streams []string) error {
+	for len(streams) > 0 {
+		sealed, err := in.opts.Writer.SealWait(ctx, src, streams)
+		if err != nil {
+			return err
+		}
+		streams = streams[:0]
+		for _, s := range sealed {
+			streams = append(streams, s.Stream)
 		}
 	}
 	return nil

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"math"
 	"net/http"
 	"path/filepath"
@@ -79,21 +78,11 @@ func writeOldArchive(t *testing.T, path string, base int64) map[string]promsampl
 // remoteRead asks the server at addr for every series matching ms.
 func remoteRead(t *testing.T, addr string, mint, maxt int64, ms ...*prompb.LabelMatcher) map[string]promsample.Series {
 	t.Helper()
-	req := prompb.ReadRequest{Queries: []*prompb.Query{{StartTimestampMs: mint, EndTimestampMs: maxt, Matchers: ms}}}
-	raw, err := req.Marshal()
-	if err != nil {
-		t.Fatal(err)
+	code, body := rawRemoteRead(t, addr, mint, maxt, ms...)
+	if code != http.StatusOK {
+		t.Fatalf("remote-read: %d: %s", code, body)
 	}
-	resp, err := http.Post("http://"+addr+"/api/v1/read", "application/x-protobuf", bytes.NewReader(snappy.Encode(nil, raw)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("remote-read: %s: %s", resp.Status, body)
-	}
-	dec, err := snappy.Decode(nil, body)
+	dec, err := snappy.Decode(nil, []byte(body))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,6 +25,7 @@ type archiveCollector struct {
 	groupedCommits, groupFallbacks, writerCacheBytes, prunedRows, sealsBehind   *prometheus.Desc
 	fileBytes, freePages, walRows, sidecarBytes, sources, segments, streams, up *prometheus.Desc
 	outages, probes, outageSeconds, earlyEvictions, earlyEvicted, earlyBytes    *prometheus.Desc
+	ballastReleases                                                             *prometheus.Desc
 }
 
 func newArchiveCollector(w *archive.Writer, r *archive.Archive, ing *receiver.Ingester) *archiveCollector {
@@ -68,6 +69,7 @@ func newArchiveCollector(w *archive.Writer, r *archive.Archive, ing *receiver.In
 		earlyEvictions:   d("ingest_early_evictions_total", "Evictions of the oldest segments to keep --retention.disk-reserve free, before --retention.size asked for them."),
 		earlyEvicted:     d("ingest_early_evicted_segments_total", "Segments those early evictions removed."),
 		earlyBytes:       d("ingest_early_evicted_bytes_total", "Bytes of segments those early evictions removed."),
+		ballastReleases:  d("ingest_ballast_releases_total", "Times a full disk took the ballast beside the archive (half of --retention.disk-reserve) so that seals and evictions could commit."),
 	}
 }
 
@@ -117,6 +119,7 @@ func (c *archiveCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.earlyEvictions, float64(is.EarlyEvictions))
 	counter(c.earlyEvicted, float64(is.EarlyEvictedSegments))
 	counter(c.earlyBytes, float64(is.EarlyEvictedBytes))
+	counter(c.ballastReleases, float64(is.BallastReleases))
 	_, streams := c.ing.Sources()
 	gauge(c.streams, float64(streams))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

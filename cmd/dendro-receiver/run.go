@@ -482,25 +482,25 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, procs int
 		warmed <- err
 	}()
 
+	// Serve until a signal, a listener's failure, or a failed Warm; a Warm
+	// that succeeded only stops this select from waiting on it (warmedC).
 	var runErr error
-	select {
-	case <-ctx.Done():
-		logger.Info("shutting down: finishing in-flight requests")
-	case err := <-serveErr:
-		if !errors.Is(err, http.ErrServerClosed) {
-			runErr = fmt.Errorf("serving: %w", err)
-		}
-	case err := <-warmed:
-		if err != nil && bg.Err() == nil {
-			runErr = fmt.Errorf("indexing the archive: %w", err)
-			break
-		}
+	warmedC := warmed
+	for done := false; !done; {
 		select {
 		case <-ctx.Done():
 			logger.Info("shutting down: finishing in-flight requests")
+			done = true
 		case err := <-serveErr:
 			if !errors.Is(err, http.ErrServerClosed) {
 				runErr = fmt.Errorf("serving: %w", err)
+			}
+			done = true
+		case err := <-warmedC:
+			warmedC = nil
+			if err != nil && bg.Err() == nil {
+				runErr = fmt.Errorf("indexing the archive: %w", err)
+				done = true
 			}
 		}
 	}

@@ -15,9 +15,16 @@ import (
 // bits), exact duplicates removed. Encode, Merge and ReadRows all go through
 // it, so a segment and the rows it was made from read back identically.
 type collector struct {
-	byKey map[string]*seriesData
-	meta  map[Metadata]struct{}
-	key   []byte
+	// byHash finds a series by its labels' hash, and collide, keyed by
+	// label bytes, holds the (practically never seen) series whose hash
+	// another label set already has. Keyed by the bytes themselves, the
+	// map held a second copy of every series' labels: a third of a seal's
+	// live heap.
+	byHash  map[uint64]*seriesData
+	collide map[string]*seriesData
+	slab    []seriesData // where the next series are cut from
+	meta    map[Metadata]struct{}
+	key     []byte
 	// pack: float samples are held packed (packedSamples), for the encoder,
 	// which holds a whole segment's samples; readers, which hand the
 	// samples out, collect them as []Sample.
@@ -36,7 +43,46 @@ type seriesData struct {
 }
 
 func newCollector() *collector {
-	return &collector{byKey: make(map[string]*seriesData), meta: make(map[Metadata]struct{})}
+	return &collector{byHash: make(map[uint64]*seriesData), meta: make(map[Metadata]struct{})}
+}
+
+// seriesSlab is how many series a collector allocates at once: one
+// allocation instead of one per series, and no size-class rounding.
+const seriesSlab = 256
+
+// seriesOf returns the series of ls, adding it if it is new.
+func (c *collector) seriesOf(ls labels.Labels) *seriesData {
+	h := ls.Hash()
+	sd := c.byHash[h]
+	if sd != nil && labels.Equal(sd.lbls, ls) {
+		return sd
+	}
+	if sd != nil {
+		// Another label set has this hash.
+		c.key = ls.Bytes(c.key[:0])
+		if sd := c.collide[string(c.key)]; sd != nil {
+			return sd
+		}
+		if c.collide == nil {
+			c.collide = map[string]*seriesData{}
+		}
+		sd = c.newSeries(ls)
+		c.collide[string(c.key)] = sd
+		return sd
+	}
+	sd = c.newSeries(ls)
+	c.byHash[h] = sd
+	return sd
+}
+
+func (c *collector) newSeries(ls labels.Labels) *seriesData {
+	if len(c.slab) == 0 {
+		c.slab = make([]seriesData, seriesSlab)
+	}
+	sd := &c.slab[0]
+	c.slab = c.slab[1:]
+	sd.lbls, sd.name = ls, ls.Get(labels.MetricName)
+	return sd
 }
 
 // newPackingCollector returns a collector that holds float samples packed.
@@ -47,7 +93,7 @@ func newPackingCollector() *collector {
 }
 
 // numSamples is sd's float sample count, packed or not.
-func (sd *seriesData) numSamples() int { return len(sd.samples) + sd.packed.n }
+func (sd *seriesData) numSamples() int { return len(sd.samples) + int(sd.packed.n) }
 
 // numRows is sd's Parquet row count: a row per float sample or histogram.
 func (sd *seriesData) numRows() int { return sd.numSamples() + len(sd.hists) }
@@ -57,7 +103,8 @@ func (sd *seriesData) numRows() int { return sd.numSamples() + len(sd.hists) }
 func (sd *seriesData) sampleSpan() (minT, maxT int64, ok bool) {
 	minT, maxT = math.MaxInt64, math.MinInt64
 	if sd.packed.n > 0 {
-		minT, maxT, ok = sd.packed.minT, sd.packed.maxT, true
+		minT, maxT = sd.packed.span()
+		ok = true
 	}
 	for _, s := range sd.samples {
 		minT, maxT, ok = min(minT, s.T), max(maxT, s.T), true
@@ -87,12 +134,7 @@ func (sd *seriesData) samplesInto(scratch []Sample) (samples, grown []Sample) {
 func (c *collector) add(b *Batch) {
 	for i := range b.Series {
 		s := &b.Series[i]
-		c.key = s.Labels.Bytes(c.key[:0])
-		sd := c.byKey[string(c.key)]
-		if sd == nil {
-			sd = &seriesData{lbls: s.Labels, name: s.Labels.Get(labels.MetricName)}
-			c.byKey[string(c.key)] = sd
-		}
+		sd := c.seriesOf(s.Labels)
 		if c.pack {
 			for _, smp := range s.Samples {
 				sd.packed.add(&c.arena, smp.T, smp.V)
@@ -116,9 +158,18 @@ func (c *collector) addSeries(s Series) {
 
 // finish returns the canonical series and metadata.
 func (c *collector) finish() ([]*seriesData, []Metadata) {
-	out := make([]*seriesData, 0, len(c.byKey))
+	out := make([]*seriesData, 0, len(c.byHash)+len(c.collide))
+	for _, sd := range c.byHash {
+		out = append(out, sd)
+	}
+	for _, sd := range c.collide {
+		out = append(out, sd)
+	}
+	// The maps are done with: what they take goes before the segment is
+	// written.
+	c.byHash, c.collide, c.slab = nil, nil, nil
 	var scratchA, scratchB []byte
-	for _, sd := range c.byKey {
+	for _, sd := range out {
 		// Packed samples that arrived in strictly increasing time are
 		// canonical already and stay packed; others (late or retried
 		// samples: rare) are unpacked and sorted here.
@@ -128,7 +179,6 @@ func (c *collector) finish() ([]*seriesData, []Metadata) {
 		sd.samples = canonicalSamples(sd.samples)
 		sd.hists, scratchA, scratchB = canonicalHistograms(sd.hists, scratchA, scratchB)
 		sd.exemplars = canonicalExemplars(sd.exemplars)
-		out = append(out, sd)
 	}
 	slices.SortFunc(out, func(a, b *seriesData) int {
 		if c := strings.Compare(a.name, b.name); c != 0 {

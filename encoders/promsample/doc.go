@@ -29,6 +29,17 @@
 // MaxBatchBytes, so corrupt input gives an error, never a panic or an
 // unbounded allocation.
 //
+// That is row format 1, which carries every series' label set in every
+// row. The receiver writes format 2 (rowv2.go: AnchoredRow, RowEncoder,
+// RowDecoder, AppendEpochClose): a row belongs to an epoch of its stream
+// and names a series by a local id; the first row of the epoch that holds
+// a series carries its labels (the anchor), later rows only the id. An
+// epoch never straddles a segment (the Encoder seals closed epochs only,
+// and the writer starts a new one at every seal), so the live tail above a
+// watermark starts at an epoch's first row and decodes from the rows
+// alone, in any process. The leading version byte tells the formats apart;
+// both decode, and one segment may be sealed from rows of both.
+//
 // # Segments
 //
 // Encoder.Encode decodes a stream's rows and writes ONE Parquet file
@@ -76,6 +87,20 @@
 // (or metric) boundaries; a series longer than 4x that is cut into pieces
 // the reader joins.
 //
+// Offset indexes and page index: the value columns (PagedColumns) start a
+// page at every series boundary and the file carries their column and
+// offset indexes, so a reader of a few series seeks to their pages.
+//
+// The Index (index.go) comes in two formats. Format 1, in every footer,
+// is the summary: sample-time span, counts, metric names, row groups.
+// Format 2, the catalog's caller_index, adds the series table
+// (seriestable.go: each series' labels, Parquet row count and SeriesHash,
+// in row order, ~10 bytes a series) and the xxhash64 of the page index and
+// of every page of the paged columns. An archive's series index is rebuilt
+// at open from the series tables alone, no sample read; a one-series read
+// finds its rows from the table and decodes only its pages, each checked
+// against its sum first.
+//
 // Footer key-value metadata: KeyEncoder (EncoderVersion), KeyMinTime and
 // KeyMaxTime (sample-time span, decimal ms), KeySegmentIndex (the Index,
 // base64), KeyExtras (exemplars and metadata as a base64 row-codec Batch:
@@ -91,8 +116,11 @@
 // in [MinT, MaxT] (Unix ms, inclusive). It decodes only the row groups
 // whose metric names and time span (from the footer's Index) can match,
 // the label columns of those, and the value columns only when a series
-// there matched. ReadRows gives the same answer from live wal rows without
-// building Parquet (the live tail), through the same canonicalization.
+// there matched. SegmentReader (segread.go) reads chosen series through an
+// io.ReaderAt (an archive BLOB, read in place) with a format-2 index:
+// footer, page index and those series' pages, nothing else. ReadRows gives
+// the same answer as ReadSegment from live wal rows without building
+// Parquet (the live tail), through the same canonicalization.
 // ReadSegmentMetadata / ReadRowsMetadata return metadata; ParseIndex and
 // ReadSegmentIndex the Index. Encoder.Merge (archive.SegmentMerger)
 // re-canonicalizes consecutive segments into one: Rows = their sum,

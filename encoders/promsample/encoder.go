@@ -106,6 +106,12 @@ type Encoder struct {
 	// writeAllocator (tests compare the two).
 	goAlloc bool
 
+	// probe, when set (by BenchmarkSealMemory), is called at the points of
+	// an encode where the most of it is live: all rows collected, the
+	// series canonical, the segment written, its index built. It must not
+	// touch the encode's state; nil costs a comparison.
+	probe func(phase string)
+
 	spare spareWriters
 
 	// unresolved counts samples, histograms and exemplars of format-2 rows
@@ -262,20 +268,13 @@ func (e *Encoder) encode(stream string, rows []archive.Row, consume bool) (*arch
 		return nil, nil
 	}
 	c := newPackingCollector()
-	rc := newRowCollector(c)
-	defer func() { e.unresolved.Add(rc.unresolved) }()
-	rowBytes := 0
-	for i := range rows {
-		if err := rc.add(rows[i].Data); err != nil {
-			return nil, fmt.Errorf("stream %q row ts %d: %w", stream, rows[i].TS, err)
-		}
-		rowBytes += len(rows[i].Data)
-		if consume {
-			rows[i].Data = nil
-		}
-		e.Opts.yield() // per row: ~50 µs of decoding
+	rowBytes, err := e.collectRows(newRowCollector(c), rows, consume)
+	if err != nil {
+		return nil, fmt.Errorf("stream %q %w", stream, err)
 	}
+	e.probeAt("collected")
 	series, meta := c.finish()
+	e.probeAt("finished")
 	if len(series) == 0 && len(meta) == 0 {
 		// Nothing but close markers (or empty rows): no segment; the rows
 		// stay live and go with the next seal's.
@@ -288,6 +287,25 @@ func (e *Encoder) encode(stream string, rows []archive.Row, consume bool) (*arch
 		return nil, fmt.Errorf("stream %q: %w", stream, err)
 	}
 	return &archive.Segment{Bytes: data, Rows: int64(len(rows)), FirstTS: rows[0].TS, LastTS: rows[len(rows)-1].TS, Index: idx}, nil
+}
+
+// collectRows decodes rows into rc's collector and returns their bytes.
+// rc is not kept: its string and epoch tables (a hundred bytes a series)
+// are garbage before the series are written.
+func (e *Encoder) collectRows(rc *rowCollector, rows []archive.Row, consume bool) (int, error) {
+	defer func() { e.unresolved.Add(rc.unresolved) }()
+	rowBytes := 0
+	for i := range rows {
+		if err := rc.add(rows[i].Data); err != nil {
+			return 0, fmt.Errorf("row ts %d: %w", rows[i].TS, err)
+		}
+		rowBytes += len(rows[i].Data)
+		if consume {
+			rows[i].Data = nil
+		}
+		e.Opts.yield() // per row: ~50 µs of decoding
+	}
+	return rowBytes, nil
 }
 
 // Merge concatenates consecutive segments (in seq order) into one, as long
@@ -515,6 +533,7 @@ func (e *Encoder) write(series []*seriesData, meta []Metadata, sizeHint int) (da
 	if err := w.Close(); err != nil {
 		return nil, nil, err
 	}
+	e.probeAt("written")
 	// Close wrote the page index between the data region and the footer;
 	// the footer's checksum cannot cover it, the catalog's index does.
 	out := buf.Bytes()
@@ -530,7 +549,15 @@ func (e *Encoder) write(series []*seriesData, meta []Metadata, sizeHint int) (da
 	if index, err = idx.AppendBinary(nil); err != nil {
 		return nil, nil, err
 	}
+	e.probeAt("indexed")
 	return out, index, nil
+}
+
+// probeAt calls the probe, if any (see Encoder.probe).
+func (e *Encoder) probeAt(phase string) {
+	if e.probe != nil {
+		e.probe(phase)
+	}
 }
 
 // pageSums reads back the offset index of a segment just written and

@@ -23,22 +23,21 @@ import (
 // (they are not a storage format) and are only read by unpack, which
 // trusts them.
 //
-// A series' bytes are a list of chunks cut from its collector's packArena,
-// growing from minPackChunk to maxPackChunk bytes; a sample never straddles
-// two chunks. Grown by append, the buffers were a fifth of the bytes the
+// A series' bytes are a list of chunks cut from its collector's packArena:
+// two of minPackChunk bytes, then doubling up to maxPackChunk bytes; a
+// sample never straddles two chunks. Grown by append, the buffers were a fifth of the bytes the
 // server allocated (each growth a copy, half of the last one slack).
 type packedSamples struct {
-	chunks   [][]byte // full chunks, in order
-	cur      []byte   // the chunk being written (cap is its size)
-	n        int      // samples in chunks and cur
+	chunks [][]byte // full chunks, in order
+	cur    []byte   // the chunk being written (cap is its size)
+	n      int32    // samples in chunks and cur
+	// ordered: every sample's T is above the one before, so the packed
+	// order is already canonical (sorted, no duplicates possible), and
+	// the first and last samples' T are the least and the greatest.
+	ordered  bool
 	lastT    int64
 	lastDT   int64
 	lastBits uint64
-	minT     int64
-	maxT     int64
-	// ordered: every sample's T is above the one before, so the packed
-	// order is already canonical (sorted, no duplicates possible).
-	ordered bool
 }
 
 // packArena cuts chunks for packed samples from shared slabs.
@@ -67,17 +66,19 @@ func (p *packedSamples) add(a *packArena, t int64, v float64) {
 		size := minPackChunk
 		if p.cur != nil {
 			p.chunks = append(p.chunks, p.cur)
-			size = min(2*cap(p.cur), maxPackChunk)
+			// The second chunk is as small as the first: a seal's
+			// series mostly hold a dozen or two samples, which two
+			// small chunks take with less slack than 64+128 bytes.
+			if len(p.chunks) > 1 {
+				size = min(2*cap(p.cur), maxPackChunk)
+			}
 		}
 		p.cur = a.chunk(size)
 	}
 	if p.n == 0 {
-		p.minT, p.maxT, p.ordered = t, t, true
-	} else {
-		if t <= p.lastT {
-			p.ordered = false
-		}
-		p.minT, p.maxT = min(p.minT, t), max(p.maxT, t)
+		p.ordered = true
+	} else if t <= p.lastT {
+		p.ordered = false
 	}
 	// Every append below stays within cur's capacity (checked above), so
 	// it writes into the arena's slab and never moves cur: the appends go
@@ -106,9 +107,29 @@ func (p *packedSamples) add(a *packArena, t int64, v float64) {
 	p.cur = p.cur[:len(cur)]
 }
 
+// span returns the least and greatest T (p.n > 0). Without ordered
+// samples it decodes them all: the collector unpacks those in finish, so
+// that is only a caller's before finish.
+func (p *packedSamples) span() (minT, maxT int64) {
+	if !p.ordered {
+		minT, maxT = math.MaxInt64, math.MinInt64
+		for _, s := range p.unpack(nil) {
+			minT, maxT = min(minT, s.T), max(maxT, s.T)
+		}
+		return minT, maxT
+	}
+	first := p.cur
+	if len(p.chunks) > 0 {
+		first = p.chunks[0]
+	}
+	// The first sample's dod is its T: the previous T and delta start at 0.
+	minT, _ = binary.Varint(first)
+	return minT, p.lastT
+}
+
 // unpack appends the samples in the order they were added.
 func (p *packedSamples) unpack(dst []Sample) []Sample {
-	dst = growSamples(dst, p.n)
+	dst = growSamples(dst, int(p.n))
 	var t, dt int64
 	var vb uint64
 	decode := func(b []byte) {

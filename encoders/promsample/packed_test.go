@@ -45,7 +45,7 @@ func TestPackedSamplesRoundTripBitExact(t *testing.T) {
 			if diff := diffSamples(q.unpack(nil), want); diff != "" {
 				t.Fatalf("the other series: %s", diff)
 			}
-			if p.n != len(in) {
+			if int(p.n) != len(in) {
 				t.Fatalf("n = %d, want %d", p.n, len(in))
 			}
 			got := p.unpack([]Sample{{T: 1, V: 2}})
@@ -82,8 +82,8 @@ func TestPackedSamplesOrderedAndSpan(t *testing.T) {
 		for _, ts := range c.ts {
 			p.add(&a, ts, 1)
 		}
-		if p.ordered != c.ordered || p.minT != c.min || p.maxT != c.max {
-			t.Errorf("%v: ordered %v [%d, %d], want %v [%d, %d]", c.ts, p.ordered, p.minT, p.maxT, c.ordered, c.min, c.max)
+		if lo, hi := p.span(); p.ordered != c.ordered || lo != c.min || hi != c.max {
+			t.Errorf("%v: ordered %v [%d, %d], want %v [%d, %d]", c.ts, p.ordered, lo, hi, c.ordered, c.min, c.max)
 		}
 	}
 }

@@ -400,12 +400,7 @@ func (rc *rowCollector) add(row []byte) error {
 		ls := rc.sb.Labels()
 		// Another id sequence may spell the same label set (another label
 		// order): the collector's own key decides.
-		rc.c.key = ls.Bytes(rc.c.key[:0])
-		sd := rc.c.byKey[string(rc.c.key)]
-		if sd == nil {
-			sd = &seriesData{lbls: ls, name: ls.Get(labels.MetricName)}
-			rc.c.byKey[string(rc.c.key)] = sd
-		}
+		sd := rc.c.seriesOf(ls)
 		rc.series[string(rc.key)] = sd
 		return sd
 	}

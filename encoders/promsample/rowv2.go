@@ -524,12 +524,7 @@ func (rc *rowCollector) addAnchored(row []byte, h RowHeader) error {
 		if r.err != nil {
 			break
 		}
-		rc.c.key = ls.Bytes(rc.c.key[:0])
-		sd := rc.c.byKey[string(rc.c.key)]
-		if sd == nil {
-			sd = &seriesData{lbls: ls, name: ls.Get(labels.MetricName)}
-			rc.c.byKey[string(rc.c.key)] = sd
-		}
+		sd := rc.c.seriesOf(ls)
 		table[int(h.FirstLocal)+i] = sd
 	}
 	rc.epochs[h.Epoch] = table
