@@ -22,9 +22,20 @@
 // position, is committed before anything past it is dispatched. After a
 // kill -9 the forwarder resumes at p; what lies between p and h is what
 // may have been sent already: it is sent again and counted as resent.
-// h runs at most one window (Shards x Capacity items) ahead of what is
+// h runs about one window (Shards x Capacity items) ahead of what is
 // dispatched, and dispatched items are at most one window ahead of p, so
-// a kill -9 makes an upstream receive at most two windows again.
+// a kill -9 makes an upstream receive at most a window again (what was in
+// flight) and what was acknowledged since the cursor's last commit, and
+// the forwarder counts at most that and the window h ran ahead as resent.
+//
+// The count covers every duplicate only if a restart finds the units the
+// cursor names as the previous process read them. So the floors the
+// forwarder publishes (below) never rise above what the cursor last
+// staged needs, and a restart reads a segment that now holds rows it may
+// have sent as rows (sealed since) as those rows, which the floors held
+// from the prune. Only where they were let go of all the same
+// (MaxHeldRows) is such a segment read whole, and all of it counts as
+// resent.
 //
 // Every cursor write is a writer transaction; so they are staged
 // (archive.Writer.StageMetadata) and ride on the writer's next commit of

@@ -107,6 +107,7 @@ func (u *upstream) discoverStreams(tx *archive.ReadTx, loaded map[streamKey]stre
 				st.done, st.readDone = c.p.Done, c.p.Done
 				st.hCommitted, st.hWant = c.h, c.h
 				st.resume = &resumeState{p: c.p, h: c.h, e: c.e, hasE: c.hasE}
+				st.setStaged(c.p, c.e, c.hasE)
 				if c.hasE {
 					st.anchorsFrom, st.hasAnchorsFrom = c.e, true
 				}
@@ -170,8 +171,31 @@ func (u *upstream) stageSource(src archive.SourceID) uint64 {
 		return 0
 	}
 	gen := u.f.w.StageMetadata(src, map[string]string{CursorKeyPrefix + u.cfg.Name: v})
+	// Only now, with the cursor staged, may the floors move up to it
+	// (see streamState.stagedKeep).
+	for k, st := range u.streams {
+		if k.source == src {
+			c := streams[k.stream]
+			st.setStaged(c.p, c.e, c.hasE)
+		}
+	}
 	u.publishFloors()
 	return gen
+}
+
+// setStaged records what the cursor staged (or loaded) for the stream
+// needs kept: its segments and rows after p (stagedNeed), and, for a
+// restart to read them as rows when a seal has taken them (plan), its
+// rows from e when p is in an epoch, else from p's own last row: the
+// rows after it, and one at or before where the restart reads from, by
+// which rowsIntact tells that none of those after it went.
+func (st *streamState) setStaged(p pos, e int64, hasE bool) {
+	st.hasStaged = true
+	st.stagedNeed, st.stagedKeep = p.Done, p.Done
+	if p.Done != math.MaxInt64 {
+		st.stagedNeed = p.Done + 1
+	}
+	st.stagedE, st.hasStagedE = e, hasE
 }
 
 // ---- floors ----
@@ -209,6 +233,9 @@ func (st *streamState) floor() floor {
 	need := p.Done
 	if need != math.MaxInt64 {
 		need++
+	}
+	if st.hasStaged {
+		need = min(need, st.stagedNeed) // see stagedKeep
 	}
 	if need == math.MinInt64+1 && st.emptyAt != 0 {
 		// A stream that held nothing when last read (a source's stream
@@ -248,10 +275,26 @@ func (st *streamState) floor() floor {
 	if st.readDone != math.MinInt64 && st.readDone != math.MaxInt64 && (!st.sealed || st.readDone > st.watermark) {
 		add(st.readDone + 1)
 	}
-	if st.released || !keepOK {
+	if st.hasStaged && st.hasStagedE {
+		add(st.stagedE) // never above what the cursor on disk needs (stagedKeep)
+	}
+	if st.released {
 		return floor{need: need}
 	}
-	return floor{keep: keep, keepOK: true, need: min(need, keep)}
+	if keepOK {
+		need = min(need, keep)
+	}
+	if st.hasStaged && (st.stagedNeed != math.MinInt64+1 || st.emptyAt == 0) {
+		// The row at p (stagedKeep) only marks for rowsIntact that the
+		// rows after it are there: the prune keeps it, retention may take
+		// it (a restart then reads the segment that held it whole, and
+		// counts all of it as resent), so it does not lower need.
+		keep, keepOK = min(keep, st.stagedKeep), true
+	}
+	if !keepOK {
+		return floor{need: need}
+	}
+	return floor{keep: keep, keepOK: true, need: need}
 }
 
 func (u *upstream) publishFloors() {

@@ -24,6 +24,9 @@ type unit struct {
 	// restart inside the epoch reads again (the cursor's e).
 	epochFirst int64
 	inEpoch    bool
+	// resentAll: every item may have reached the upstream before a
+	// restart (candidate.resentAll).
+	resentAll bool
 
 	series []unitSeries
 	meta   []promsample.Metadata

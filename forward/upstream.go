@@ -64,6 +64,21 @@ type streamState struct {
 
 	// Resuming from a cursor: until the first unit past its h.
 	resume *resumeState
+	// stagedKeep, stagedNeed: the floors the cursor last staged (or
+	// loaded) needs, published with the live ones (floor()). The live
+	// floors run ahead of the cursor on disk (they follow what is
+	// acknowledged now; the cursor is staged every CursorInterval), and a
+	// prune, eviction or compaction below what the disk's cursor needs
+	// would leave a restart without the rows or segment it resumes in: it
+	// would read what holds them whole, sending again more than it can
+	// count. (A prune takes the stage in its own transaction after
+	// reading the floors, so the cursor it commits is at least as new as
+	// the one the floors it read were published for.)
+	stagedKeep, stagedNeed int64
+	hasStaged              bool
+	// stagedE: the cursor's e, when hasStagedE (its epoch's anchors).
+	stagedE    int64
+	hasStagedE bool
 	// anchorsFrom: read rows from this ts (the cursor's e).
 	anchorsFrom    int64
 	hasAnchorsFrom bool
@@ -85,6 +100,27 @@ type resumeState struct {
 	warned bool
 }
 
+// namesSegment reports whether the cursor names seg as a unit: the
+// previous process read it as a segment, so positions in it are exact
+// when it is read as one again.
+func (r *resumeState) namesSegment(seg archive.StreamSegment) bool {
+	is := func(p pos) bool { return p.Kind == kindSegment && p.First == seg.FirstTS && p.Last == seg.LastTS }
+	return is(r.p) || is(r.h)
+}
+
+// sentAsRows reports whether the previous process may have sent, as
+// rows, items of rows that seg now holds (sealed since): rows after p up
+// to h. Read as the segment, those items could not be told from the
+// rest (a segment is sorted by series); read as the rows, the cursor
+// names them exactly.
+func (r *resumeState) sentAsRows(seg archive.StreamSegment) bool {
+	if r.namesSegment(seg) || seg.LastTS <= r.h.Done {
+		return false // read as a segment, or wholly covered by h: exact either way
+	}
+	in := func(p pos) bool { return p.Kind == kindRow && p.First >= seg.FirstTS && p.First <= seg.LastTS }
+	return in(r.p) || in(r.h) || r.h.Done >= seg.FirstTS
+}
+
 type candKind int8
 
 const (
@@ -96,6 +132,10 @@ type candidate struct {
 	kind  candKind
 	seg   archive.StreamSegment
 	order int64 // receipt ts of the first row it would send
+	// resentAll: a segment read whole although the previous process may
+	// have sent some of its rows' items as rows, which it cannot tell
+	// apart: every item of it counts as resent.
+	resentAll bool
 }
 
 // piece is a run of one series' items in one unit: what a shard batches.
@@ -432,19 +472,33 @@ func (u *upstream) plan(tx *archive.ReadTx, st *streamState, now time.Time) erro
 		return err
 	}
 	st.idle = false
-	if len(segs) == 1 && segs[0].FirstTS > st.readDone {
+	// A segment the previous process may have sent rows of (a restart's
+	// resume) is read as its rows, as long as the prune left them all:
+	// the cursor's floors hold them (stagedKeep).
+	resumeRows := len(segs) == 1 && st.resume != nil && st.resume.sentAsRows(segs[0])
+	if len(segs) == 1 && segs[0].FirstTS > st.readDone && !resumeRows {
 		// A whole segment ahead: read it as a segment. Any rows it holds
 		// (shadowed) are the same data; rows of an epoch before it are
 		// closed with it.
 		st.next, st.rows, st.hasAnchorsFrom = &candidate{kind: candSegment, seg: segs[0], order: segs[0].FirstTS}, nil, false
 		return nil
 	}
-	straddle := len(segs) == 1 // the segment holds rows up to and after readDone
+	// straddle: the segment holds rows up to and after readDone, or rows
+	// a restart must read as rows.
+	straddle := len(segs) == 1
 	if !straddle {
 		st.released = false // the live tail: rows above the watermark are never pruned
 	}
+	asSegment := func() {
+		c := &candidate{kind: candSegment, seg: segs[0], order: min(st.readDone+1, segs[0].FirstTS)}
+		c.resentAll = resumeRows || st.resume != nil && segs[0].FirstTS <= st.readDone && !st.resume.namesSegment(segs[0])
+		if segs[0].FirstTS > st.readDone {
+			st.hasAnchorsFrom = false
+		}
+		st.next, st.rows = c, nil
+	}
 	if straddle && st.released {
-		st.next, st.rows = &candidate{kind: candSegment, seg: segs[0], order: st.readDone + 1}, nil
+		asSegment()
 		return nil
 	}
 	from := st.readDone + 1
@@ -455,15 +509,16 @@ func (u *upstream) plan(tx *archive.ReadTx, st *streamState, now time.Time) erro
 		from = st.anchorsFrom
 	}
 	if straddle {
-		// Its rows are read as rows only if every one of them is still
-		// there (held from the prune); otherwise the segment is read, and
-		// the dispatch filter holds back what was already sent.
-		n, err := tx.WALCountBetween(src, name, segs[0].FirstTS, segs[0].LastTS)
+		// Its rows are read as rows only if every one of them from the
+		// first this read needs is still there (held from the prune);
+		// otherwise the segment is read, and the dispatch filter holds
+		// back what was already sent.
+		ok, err := rowsIntact(tx, src, name, segs[0], from)
 		if err != nil {
 			return err
 		}
-		if n != segs[0].Rows {
-			st.next, st.rows = &candidate{kind: candSegment, seg: segs[0], order: st.readDone + 1}, nil
+		if !ok {
+			asSegment()
 			return nil
 		}
 	}
@@ -495,6 +550,24 @@ func (u *upstream) plan(tx *archive.ReadTx, st *streamState, now time.Time) erro
 	return nil
 }
 
+// rowsIntact reports whether every wal row of seg at or after from is
+// still there. Whatever deletes a stream's rows (a seal's prune, below its
+// KeepWAL floor; retention, below its cutoff) deletes every row up to a
+// ts: what is left of a segment's rows is a suffix of them. So they are
+// all there, or one at or before from is (then nothing at or after from
+// went).
+func rowsIntact(tx *archive.ReadTx, src archive.SourceID, name string, seg archive.StreamSegment, from int64) (bool, error) {
+	n, err := tx.WALCountBetween(src, name, seg.FirstTS, seg.LastTS)
+	if err != nil || n == seg.Rows {
+		return err == nil, err
+	}
+	if from < seg.FirstTS || n == 0 {
+		return false, nil
+	}
+	n, err = tx.WALCountBetween(src, name, seg.FirstTS, from)
+	return n > 0, err
+}
+
 // openUnit turns a stream's candidate into a unit, or returns nil when the
 // candidate turned out to be nothing to dispatch (the caller plans again).
 func (u *upstream) openUnit(st *streamState) (*unit, error) {
@@ -502,7 +575,13 @@ func (u *upstream) openUnit(st *streamState) (*unit, error) {
 	switch c.kind {
 	case candSegment:
 		st.next = nil
-		return u.openSegment(st, c.seg)
+		un, err := u.openSegment(st, c.seg)
+		if un != nil && c.resentAll {
+			un.resentAll = true
+			u.log.Info("reading a segment whole that holds rows sent before the restart; all of it counts as resent",
+				"source", st.key.source, "stream", st.key.stream, "first_ns", c.seg.FirstTS, "last_ns", c.seg.LastTS)
+		}
+		return un, err
 	case candRows:
 		for len(st.rows) > 0 {
 			r := st.rows[0]
@@ -695,7 +774,8 @@ func (u *upstream) dispatch(un *unit) bool {
 	r := u.resumeFor(st, un)
 	if r != nil && r.p.Kind == un.kind && r.p.First == un.first && r.p.Last == un.last {
 		u.skipItems(un, min(r.p.K, un.items))
-	} else if r != nil && r.p.Kind != kindNone && !r.warned && un.last >= r.p.Last {
+	} else if r != nil && r.p.Kind != kindNone && !r.warned && un.first <= r.p.First && un.last >= r.p.Last {
+		// A unit that holds the cursor's but is not it.
 		r.warned = true
 		u.log.Info("the unit the cursor was inside is gone (sealed and pruned, or compacted); reading what holds it whole",
 			"source", st.key.source, "stream", st.key.stream, "first_ns", r.p.First, "last_ns", r.p.Last)
@@ -730,7 +810,7 @@ func (u *upstream) dispatch(un *unit) bool {
 			p.samples = us.s.filterSamples(nil, smp, &fc)
 			p.histograms = us.s.filterHistograms(hs, &fc)
 			p.exemplars = us.s.filterExemplars(exs, &fc)
-			p.resent = r != nil && r.h.covers(un.kind, un.first, un.last, from)
+			p.resent = un.resentAll || r != nil && r.h.covers(un.kind, un.first, un.last, from)
 			un.pieces = append(un.pieces, pieceMark{start: from, n: m})
 			un.dispatched = from + m
 			un.nextOff += m
@@ -823,10 +903,29 @@ func (u *upstream) writeAhead(st *streamState, un *unit, prevDone, end int64) bo
 			return false
 		}
 	}
-	if half := end + u.window/2; st.hGen == 0 && half < un.items && !st.hCommitted.covers(un.kind, un.first, un.last, half) {
-		u.stageAhead(st, un, prevDone, half)
+	if half := end + u.window/2; st.hGen == 0 && half < un.items {
+		if !st.hCommitted.covers(un.kind, un.first, un.last, half) {
+			u.stageAhead(st, un, prevDone, half)
+		}
+	} else if st.hGen == 0 && un.kind == kindRow {
+		// The same for the rows read ahead: half a window on.
+		if ts, ok := u.rowAheadTS(st, half-un.items); ok && ts > st.hCommitted.Done {
+			u.stageAhead(st, un, prevDone, end)
+		}
 	}
 	return true
+}
+
+// rowAheadTS is the ts of the row read ahead that the next items items
+// reach, by the items-per-row estimate (at least the next row, at most
+// the last read); false when no row is read ahead.
+func (u *upstream) rowAheadTS(st *streamState, items int64) (int64, bool) {
+	if len(st.rows) == 0 {
+		return 0, false
+	}
+	k := int(float64(items) / max(u.perRow, 1))
+	k = min(max(k, 1), len(st.rows))
+	return st.rows[k-1].TS, true
 }
 
 // stageAhead stages h covering end of un and a window more.
@@ -835,8 +934,10 @@ func (u *upstream) stageAhead(st *streamState, un *unit, prevDone, end int64) {
 		K: min(un.items, end+u.window)}
 	if want.K >= un.items {
 		want = pos{Done: max(want.Done, un.last)}
-		if un.kind == kindRow && len(st.rows) > 0 {
-			want.Done = max(want.Done, st.rows[len(st.rows)-1].TS) // the rows read ahead too
+		// The rows read ahead too, a window's worth: h is what a restart
+		// counts as resent, so it runs no further ahead than that.
+		if ts, ok := u.rowAheadTS(st, end+u.window-un.items); ok && un.kind == kindRow {
+			want.Done = max(want.Done, ts)
 		}
 	}
 	if want.Kind != kindNone && want.Last <= want.Done {
