@@ -46,6 +46,7 @@ type shard struct {
 
 	batch    []*piece
 	items    int
+	parts    []part // send's scratch
 	deadline *time.Timer
 
 	req  request
@@ -185,13 +186,18 @@ func (s *shard) send() {
 	pieces := s.batch
 	s.batch, s.items = nil, 0
 	now := time.Now()
-	var normal []part
+	// normal is reused from batch to batch: deliver is done with it when
+	// it returns.
+	normal := s.parts[:0]
 	var alone [][]part
-	where := map[*seriesState]int{}
+	var where map[*seriesState]int
 	for _, p := range pieces {
 		pt := part{p: p, samples: p.samples, histograms: p.histograms, exemplars: p.exemplars}
 		if t, ok := s.quarantine[p.s]; ok {
 			if now.Sub(t) < quarantineFor {
+				if where == nil {
+					where = map[*seriesState]int{}
+				}
 				i, ok := where[p.s]
 				if !ok {
 					i = len(alone)
@@ -206,6 +212,8 @@ func (s *shard) send() {
 		normal = append(normal, pt)
 	}
 	ok := s.deliver(normal)
+	clear(normal) // let the pieces go with their units
+	s.parts = normal[:0]
 	for _, parts := range alone {
 		ok = ok && s.deliver(parts)
 	}
@@ -354,18 +362,22 @@ func (s *shard) build(parts []part, proto Protocol) {
 		if !ok {
 			i = len(r.series)
 			s.idx[pt.p.s] = i
-			if i < cap(r.series) {
-				r.series = r.series[:i+1]
-				rs := &r.series[i]
-				*rs = reqSeries{s: pt.p.s, meta: pt.p.meta, samples: rs.samples[:0], histograms: rs.histograms[:0], exemplars: rs.exemplars[:0]}
-			} else {
-				r.series = append(r.series, reqSeries{s: pt.p.s, meta: pt.p.meta})
-			}
+			r.series = append(r.series, reqSeries{s: pt.p.s, meta: pt.p.meta})
 		}
 		rs := &r.series[i]
-		rs.samples = append(rs.samples, pt.samples...)
-		rs.histograms = append(rs.histograms, pt.histograms...)
-		rs.exemplars = append(rs.exemplars, pt.exemplars...)
+		if !ok {
+			// A series' first part (most often its only one) is sent from
+			// the piece's own slices, not copied. They are clipped to
+			// their length: a second part of the series appends, and must
+			// copy rather than write over the unit's items after them.
+			rs.samples = pt.samples[:len(pt.samples):len(pt.samples)]
+			rs.histograms = pt.histograms[:len(pt.histograms):len(pt.histograms)]
+			rs.exemplars = pt.exemplars[:len(pt.exemplars):len(pt.exemplars)]
+		} else {
+			rs.samples = append(rs.samples, pt.samples...)
+			rs.histograms = append(rs.histograms, pt.histograms...)
+			rs.exemplars = append(rs.exemplars, pt.exemplars...)
+		}
 		r.samples += len(pt.samples)
 		r.histograms += len(pt.histograms)
 		r.exemplar += len(pt.exemplars)

@@ -44,6 +44,23 @@ type unit struct {
 	// Acknowledgment: pieces in dispatch order; low is the first not done.
 	pieces []pieceMark
 	low    int
+	// slab is where newPiece takes pieces from.
+	slab []piece
+}
+
+// newPiece returns a zero piece, one of a few allocations per unit rather
+// than one per piece (a row yields a piece for every series in it, of a
+// few samples each). A piece's slab lives as long as any of its pieces.
+func (un *unit) newPiece() *piece {
+	if len(un.slab) == cap(un.slab) {
+		n := min(max(len(un.series)-un.next, 16), 4096)
+		un.slab = make([]piece, 0, n)
+		if un.pieces == nil {
+			un.pieces = make([]pieceMark, 0, len(un.series))
+		}
+	}
+	un.slab = un.slab[:len(un.slab)+1]
+	return &un.slab[len(un.slab)-1]
 }
 
 type unitSeries struct {

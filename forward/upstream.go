@@ -806,7 +806,8 @@ func (u *upstream) dispatch(un *unit) bool {
 				return false
 			}
 			smp, hs, exs := us.slice(un.nextOff, un.nextOff+m)
-			p := &piece{u: un, idx: int32(len(un.pieces)), s: us.s, meta: u.metaFor(us.s.lbls)}
+			p := un.newPiece()
+			*p = piece{u: un, idx: int32(len(un.pieces)), s: us.s, meta: u.metaFor(us.s.lbls)}
 			p.samples = us.s.filterSamples(nil, smp, &fc)
 			p.histograms = us.s.filterHistograms(hs, &fc)
 			p.exemplars = us.s.filterExemplars(exs, &fc)
