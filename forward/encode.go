@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"math"
 	"math/bits"
+	"slices"
 
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/prompb"
@@ -150,6 +151,37 @@ func sampleLen(s promsample.Sample) int {
 	return doubleFieldLen(1, s.V) + int64FieldLen(2, s.T)
 }
 
+// Samples are most of a request, so they have a loop of their own: a
+// Sample message is at most 9 + 11 bytes, so its field is a one-byte tag,
+// a one-byte length, and the message (see appendDoubleField and
+// appendInt64Field for what is omitted).
+const (
+	tagSampleField = 2<<3 | wireBytes   // TimeSeries.samples
+	tagSampleValue = 1<<3 | wireFixed64 // Sample.value
+	tagSampleTS    = 2<<3 | wireVarint  // Sample.timestamp
+)
+
+func samplesV1Len(ss []promsample.Sample) int {
+	n := 0
+	for _, smp := range ss {
+		n += 2 + sampleLen(smp)
+	}
+	return n
+}
+
+func appendSamplesV1(dst []byte, ss []promsample.Sample) []byte {
+	for _, smp := range ss {
+		dst = append(dst, tagSampleField, byte(sampleLen(smp)))
+		if v := math.Float64bits(smp.V); v != 0 {
+			dst = binary.LittleEndian.AppendUint64(append(dst, tagSampleValue), v)
+		}
+		if smp.T != 0 {
+			dst = binary.AppendUvarint(append(dst, tagSampleTS), uint64(smp.T))
+		}
+	}
+	return dst
+}
+
 func exemplarV1Len(e promsample.Exemplar) int {
 	return labelsLen(1, e.Labels) + doubleFieldLen(2, e.V) + int64FieldLen(3, e.T)
 }
@@ -168,10 +200,7 @@ func (e *rw1Encoder) encode(dst []byte, r *request) []byte {
 		for _, h := range rs.histograms {
 			e.hists = append(e.hists, histogramV1(h))
 		}
-		n := labelsLen(1, rs.s.lbls)
-		for _, smp := range rs.samples {
-			n += bytesFieldLen(2, sampleLen(smp))
-		}
+		n := len(rs.s.rw1Labels) + samplesV1Len(rs.samples)
 		for _, ex := range rs.exemplars {
 			n += bytesFieldLen(3, exemplarV1Len(ex))
 		}
@@ -181,13 +210,10 @@ func (e *rw1Encoder) encode(dst []byte, r *request) []byte {
 			e.sizes = append(e.sizes, sz)
 			n += bytesFieldLen(4, sz)
 		}
+		dst = slices.Grow(dst, bytesFieldLen(1, n))
 		dst = appendBytesHeader(dst, 1, n)
-		dst = appendLabels(dst, 1, rs.s.lbls)
-		for _, smp := range rs.samples {
-			dst = appendBytesHeader(dst, 2, sampleLen(smp))
-			dst = appendDoubleField(dst, 1, smp.V)
-			dst = appendInt64Field(dst, 2, smp.T)
-		}
+		dst = append(dst, rs.s.rw1Labels...)
+		dst = appendSamplesV1(dst, rs.samples)
 		for _, ex := range rs.exemplars {
 			dst = appendBytesHeader(dst, 3, exemplarV1Len(ex))
 			dst = appendLabels(dst, 1, ex.Labels)
@@ -402,20 +428,13 @@ func (e *rw2Encoder) encode(dst []byte, r *request) []byte {
 		// alone.
 		exWithFloats := len(rs.samples) > 0 || len(rs.histograms) == 0
 		if len(rs.samples) > 0 || len(rs.histograms) == 0 {
-			n := head
-			for _, smp := range rs.samples {
-				n += bytesFieldLen(2, sampleLen(smp))
-			}
+			n := head + samplesV1Len(rs.samples)
 			if exWithFloats {
 				n += exLen
 			}
 			dst = appendBytesHeader(dst, 5, n)
 			dst = appendPacked(dst, 1, e.refs)
-			for _, smp := range rs.samples {
-				dst = appendBytesHeader(dst, 2, sampleLen(smp))
-				dst = appendDoubleField(dst, 1, smp.V)
-				dst = appendInt64Field(dst, 2, smp.T)
-			}
+			dst = appendSamplesV1(dst, rs.samples) // the same Sample, the same field
 			if exWithFloats {
 				dst = writeExemplars(dst)
 			}

@@ -17,8 +17,8 @@ import (
 // cannot write (-0).
 
 func testRequest() *request {
-	a := &seriesState{lbls: labels.FromStrings("__name__", "up", "job", "a", "instance", "h:1")}
-	b := &seriesState{lbls: labels.FromStrings("__name__", "lat_seconds", "job", "a")}
+	a := newSeriesState(labels.FromStrings("__name__", "up", "job", "a", "instance", "h:1"), 0, 0)
+	b := newSeriesState(labels.FromStrings("__name__", "lat_seconds", "job", "a"), 0, 0)
 	meta := &promsample.Metadata{MetricFamily: "up", Type: "gauge", Help: "Is it up.", Unit: ""}
 	h := &histogram.Histogram{Schema: 1, Count: 5, Sum: -0.0, ZeroThreshold: 0.001, ZeroCount: 1,
 		PositiveSpans: []histogram.Span{{Offset: 0, Length: 2}}, PositiveBuckets: []int64{2, 0}}
