@@ -68,6 +68,9 @@ func TestDrainRate(t *testing.T) {
 	defer gate.Close()
 	opts := upstreamTo(gate.URL)
 	opts.Upstreams[0].Queue.MinBackoff, opts.Upstreams[0].Queue.MaxBackoff = 10*time.Millisecond, 10*time.Millisecond
+	if v, err := strconv.Atoi(os.Getenv("FORWARD_DRAIN_HELD")); err == nil {
+		opts.MaxHeldRows = v
+	}
 	n := openNode(t, tempPath(t), nodeOptions{fwd: opts, background: true})
 	start := time.Now()
 	const per = 4

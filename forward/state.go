@@ -107,7 +107,16 @@ func (u *upstream) discoverStreams(tx *archive.ReadTx, loaded map[streamKey]stre
 				st.done, st.readDone = c.p.Done, c.p.Done
 				st.hCommitted, st.hWant = c.h, c.h
 				st.resume = &resumeState{p: c.p, h: c.h, e: c.e, hasE: c.hasE}
-				st.setStaged(c.p, c.e, c.hasE)
+				st.setStaged(c.p, c.h, c.e, c.hasE)
+				for _, q := range []pos{c.p, c.h} {
+					if straddled(q) {
+						// Replay the rows the segment was read over, to set
+						// the dispatch filter as it was (plan).
+						if !st.hasAnchorsFrom || q.First < st.anchorsFrom {
+							st.anchorsFrom, st.hasAnchorsFrom = q.First, true
+						}
+					}
+				}
 				if c.hasE {
 					st.anchorsFrom, st.hasAnchorsFrom = c.e, true
 				}
@@ -176,7 +185,7 @@ func (u *upstream) stageSource(src archive.SourceID) uint64 {
 	for k, st := range u.streams {
 		if k.source == src {
 			c := streams[k.stream]
-			st.setStaged(c.p, c.e, c.hasE)
+			st.setStaged(c.p, c.h, c.e, c.hasE)
 		}
 	}
 	u.publishFloors()
@@ -189,13 +198,19 @@ func (u *upstream) stageSource(src archive.SourceID) uint64 {
 // rows from e when p is in an epoch, else from p's own last row: the
 // rows after it, and one at or before where the restart reads from, by
 // which rowsIntact tells that none of those after it went.
-func (st *streamState) setStaged(p pos, e int64, hasE bool) {
+func (st *streamState) setStaged(p, h pos, e int64, hasE bool) {
 	st.hasStaged = true
 	st.stagedNeed, st.stagedKeep = p.Done, p.Done
 	if p.Done != math.MaxInt64 {
 		st.stagedNeed = p.Done + 1
 	}
 	st.stagedE, st.hasStagedE = e, hasE
+	for _, q := range []pos{p, h} {
+		if straddled(q) && (!st.hasStagedE || q.First < st.stagedE) {
+			// A restart replays the rows the segment was read over.
+			st.stagedE, st.hasStagedE = q.First, true
+		}
+	}
 }
 
 // ---- floors ----

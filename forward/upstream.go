@@ -108,12 +108,35 @@ func (r *resumeState) namesSegment(seg archive.StreamSegment) bool {
 	return is(r.p) || is(r.h)
 }
 
+// straddled reports whether p names a segment unit that starts at or
+// before p.Done: the previous process had sent the segment's rows up to
+// Done as rows, then read the rest of it as the segment, its dispatch
+// filter holding back what those rows had sent (plan).
+func straddled(p pos) bool { return p.Kind == kindSegment && p.First <= p.Done }
+
+// straddledAt returns, when the cursor names seg as a straddled unit, the
+// Done it was read at: a restart replays the rows up to it (those up to p
+// only to set the filter) and then reads seg as a segment, exactly.
+func (r *resumeState) straddledAt(seg archive.StreamSegment) (int64, bool) {
+	is := func(p pos) bool { return straddled(p) && p.First == seg.FirstTS && p.Last == seg.LastTS }
+	switch {
+	case is(r.h):
+		return r.h.Done, true
+	case is(r.p):
+		return r.p.Done, true
+	}
+	return 0, false
+}
+
 // sentAsRows reports whether the previous process may have sent, as
 // rows, items of rows that seg now holds (sealed since): rows after p up
 // to h. Read as the segment, those items could not be told from the
 // rest (a segment is sorted by series); read as the rows, the cursor
 // names them exactly.
 func (r *resumeState) sentAsRows(seg archive.StreamSegment) bool {
+	if _, ok := r.straddledAt(seg); ok {
+		return true // its rows up to then went as rows: replayed
+	}
 	if r.namesSegment(seg) || seg.LastTS <= r.h.Done {
 		return false // read as a segment, or wholly covered by h: exact either way
 	}
@@ -398,6 +421,9 @@ func (u *upstream) housekeeping() {
 const (
 	rowChunk      = 512
 	rowChunkBytes = 8 << 20
+	// straddleRows: a sealed segment with more rows than this still to
+	// read is read as the segment (plan).
+	straddleRows = 64
 )
 
 // nextUnit returns the next unit to dispatch: of the streams' next units
@@ -489,25 +515,31 @@ func (u *upstream) plan(tx *archive.ReadTx, st *streamState, now time.Time) erro
 	if !straddle {
 		st.released = false // the live tail: rows above the watermark are never pruned
 	}
-	asSegment := func() {
+	// asSegment reads the segment, over what of it was sent as rows: the
+	// dispatch filter holds that back. After a restart the filter knows
+	// only what this process read, so unless the cursor names the
+	// segment exactly (replay below), all of it counts as resent.
+	asSegment := func(exact bool) {
 		c := &candidate{kind: candSegment, seg: segs[0], order: min(st.readDone+1, segs[0].FirstTS)}
-		c.resentAll = resumeRows || st.resume != nil && segs[0].FirstTS <= st.readDone && !st.resume.namesSegment(segs[0])
+		c.resentAll = !exact && (resumeRows || st.resume != nil && segs[0].FirstTS <= st.readDone && !st.resume.namesSegment(segs[0]))
 		if segs[0].FirstTS > st.readDone {
 			st.hasAnchorsFrom = false
 		}
 		st.next, st.rows = c, nil
 	}
 	if straddle && st.released {
-		asSegment()
+		asSegment(false)
 		return nil
 	}
 	from := st.readDone + 1
 	if st.readDone == math.MaxInt64 {
 		return nil
 	}
+	anchoring := st.hasAnchorsFrom && st.anchorsFrom <= st.readDone
 	if st.hasAnchorsFrom && st.anchorsFrom < from {
 		from = st.anchorsFrom
 	}
+	upto := int64(math.MaxInt64) // rows after it are not read as rows now
 	if straddle {
 		// Its rows are read as rows only if every one of them from the
 		// first this read needs is still there (held from the prune);
@@ -517,14 +549,56 @@ func (u *upstream) plan(tx *archive.ReadTx, st *streamState, now time.Time) erro
 		if err != nil {
 			return err
 		}
-		if !ok {
-			asSegment()
+		done, replay := int64(0), false
+		if st.resume != nil {
+			done, replay = st.resume.straddledAt(segs[0])
+		}
+		switch {
+		case replay && st.readDone >= done && !anchoring:
+			// The rows the previous process sent of it are read again
+			// (to set the filter) or sent again: the segment now goes
+			// out as it did then, item for item.
+			asSegment(true)
 			return nil
+		case replay && !ok:
+			asSegment(false)
+			return nil
+		case replay:
+			upto = done
+		case !ok:
+			asSegment(false)
+			return nil
+		case st.resume == nil && segs[0].FirstTS <= st.readDone:
+			// A backlog (rows sealed while this upstream was behind):
+			// the segment is read rather than many rows, each a unit of
+			// a few samples a series (a drain reads segments about
+			// twice as fast). Only if all its rows are there, so that a
+			// restart can replay the rows it sent as rows (the cursor
+			// then names the segment as straddled, and its floor holds
+			// them: setStaged).
+			ahead, err := tx.WALCountBetween(src, name, st.readDone+1, segs[0].LastTS)
+			if err != nil {
+				return err
+			}
+			all, err := tx.WALCountBetween(src, name, segs[0].FirstTS, segs[0].LastTS)
+			if err != nil {
+				return err
+			}
+			if ahead > straddleRows && all == segs[0].Rows {
+				asSegment(true)
+				return nil
+			}
 		}
 	}
 	rows, err := tx.WALFrom(src, name, from, rowChunk, rowChunkBytes)
 	if err != nil {
 		return err
+	}
+	for i, r := range rows {
+		if r.TS > upto {
+			rows = rows[:i]
+			break
+		}
 	}
 	st.rows = rows
 	// Read to the end of the stream: plan it again only after
@@ -1059,16 +1133,23 @@ func (u *upstream) completed(ps []*piece) {
 // advance moves a unit's low mark and, when units at the front of their
 // stream are complete, the stream's acknowledged position.
 func (u *upstream) advance(un *unit) {
+	low := un.low
 	for un.low < len(un.pieces) && un.pieces[un.low].done {
 		un.low++
 	}
 	st := un.st
+	moved := un.low != low
 	for len(st.open) > 0 && st.open[0].complete() {
 		st.done = max(st.done, st.open[0].last)
 		st.open[0] = nil
 		st.open = st.open[1:]
+		moved = true
 	}
-	u.dirty[st.key.source] = true
+	if moved {
+		// The cursor (ackPos) follows low and open alone: a piece done
+		// behind an unfinished one changes nothing to stage.
+		u.dirty[st.key.source] = true
+	}
 }
 
 // ---- metadata ----
