@@ -18,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -473,11 +474,17 @@ type rwStub struct {
 	got  map[string][]sample
 	seen map[string]map[sample]bool
 	dups int
+	down atomic.Bool // answer 503 to everything
+	n    int         // samples taken, duplicates included
 }
 
 func newRWStub(t *testing.T) *rwStub {
 	s := &rwStub{got: map[string][]sample{}, seen: map[string]map[sample]bool{}}
 	s.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.down.Load() {
+			http.Error(w, "down", http.StatusServiceUnavailable)
+			return
+		}
 		body, _ := io.ReadAll(r.Body)
 		raw, err := snappy.Decode(nil, body)
 		var wr prompb.WriteRequest
@@ -498,6 +505,7 @@ func newRWStub(t *testing.T) *rwStub {
 			if s.seen[k] == nil {
 				s.seen[k] = map[sample]bool{}
 			}
+			s.n += len(ts.Samples)
 			for _, x := range ts.Samples {
 				smp := sample{T: x.Timestamp, Bits: math.Float64bits(x.Value)}
 				if s.seen[k][smp] {
@@ -596,6 +604,91 @@ func TestForwardSurvivesKill9(t *testing.T) {
 	}
 	if limit := 3 * window; most > float64(limit) {
 		t.Errorf("one process sent %.0f samples again: more than three windows (%d)", most, limit)
+	}
+}
+
+// TestForwardSurvivesKill9DrainingABacklog: the load goes in while the
+// upstream is down, so that it is sealed into segments that straddle the
+// place the forwarder had reached on the live tail (it reads them as
+// segments over the rows it had sent); dendro-receiver is SIGKILLed
+// again and again while the backlog drains. Every sample arrives, every
+// duplicate is counted, and what one process sends again stays within
+// the bound of TestForwardSurvivesKill9.
+func TestForwardSurvivesKill9DrainingABacklog(t *testing.T) {
+	t.Parallel()
+	bin := needBinary(t)
+	logDir := t.TempDir()
+	up := newRWStub(t)
+	up.down.Store(true)
+	addr, path := freeAddr(t), filepath.Join(t.TempDir(), "a.db")
+	args := []string{"--seal.max-rows=150", "--forward.url=" + up.srv.URL + "/api/v1/write", "--forward.shards=2"}
+	a := startDendro(t, bin, addr, path, logDir, args...)
+	load := fwdLoad{series: 300, perRequest: 2, base: time.Now().Add(-time.Hour).UnixMilli(), step: 1000}
+	ctx := context.Background()
+	const requests = 1200 // 720,000 samples, 8 seals of each stream
+	for r := range requests {
+		if err := postRW1(ctx, "http://"+addr+"/api/v1/write", load.request(r)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	total := requests * load.series * load.perRequest
+	poll(t, 30*time.Second, 100*time.Millisecond, "the backlog sealed", func() (bool, string) {
+		v, err := metric("http://"+addr, "dendro_forward_samples_failed_total", "")
+		return err == nil && v > 0, fmt.Sprintf("failed %v (%v)", v, err)
+	})
+	up.down.Store(false)
+	resentNow := func() float64 {
+		var v float64
+		poll(t, 10*time.Second, 10*time.Millisecond, "the resent count", func() (bool, string) {
+			var err error
+			v, err = metric("http://"+addr, "dendro_forward_samples_resent_total", "")
+			return err == nil, fmt.Sprint(err)
+		})
+		return v
+	}
+	const kills = 3
+	var resent, most float64
+	for k := range kills {
+		// Kill while the backlog drains: once the upstream has taken
+		// another sixth of it.
+		want := (k + 1) * total / 6
+		poll(t, 60*time.Second, 5*time.Millisecond, "the drain going on", func() (bool, string) {
+			up.mu.Lock()
+			n := up.n
+			up.mu.Unlock()
+			return n >= want, fmt.Sprintf("%d of %d taken", n, want)
+		})
+		r := resentNow()
+		a.kill(t)
+		resent, most = resent+r, max(most, r)
+		a = startDendro(t, bin, addr, path, logDir, args...)
+	}
+	want := fwdSeries(t, a.archive)
+	poll(t, 120*time.Second, 250*time.Millisecond, "the upstream holding every sample", func() (bool, string) {
+		got, _ := up.snapshot()
+		d, _ := compareSeries(want, got)
+		return d == "", d
+	})
+	r := resentNow()
+	resent, most = resent+r, max(most, r)
+	_, dups := up.snapshot()
+	t.Logf("%d samples; %d kills while draining; the upstream got %d twice; the forwarders counted %.0f resent (at most %.0f by one process)",
+		total, kills, dups, resent, most)
+	if float64(dups) > resent {
+		t.Errorf("%d duplicates but only %.0f counted as resent", dups, resent)
+	}
+	// What reached the upstream twice was in flight at a kill (a window)
+	// or acknowledged since the cursor's last commit (at most half a
+	// window more, and what the commit's latency lets through). What a
+	// process counts is an upper bound of that: its cursor's h, which
+	// runs up to a window (or the rest of a unit) ahead of each stream's
+	// dispatch, 5 streams here.
+	const window = 2 * forwardDefaultCapacity
+	if dups > kills*2*window {
+		t.Errorf("%d duplicates over %d kills: more than two windows (%d) each", dups, kills, window)
+	}
+	if limit := 8 * window; most > float64(limit) {
+		t.Errorf("one process sent %.0f samples again: more than eight windows (%d)", most, limit)
 	}
 }
 

@@ -223,6 +223,15 @@ type upstream struct {
 	warnedAt    map[string]time.Time
 	perRow      float64 // items per wal row seen, for the pending estimate
 
+	// ackedSince counts the items acknowledged since the cursor was last
+	// staged; ackGen is that stage's number until it is committed (0
+	// after), ackAsked when it was staged, ackFlushed whether a commit of
+	// its own was asked for (see housekeeping).
+	ackedSince int64
+	ackGen     uint64
+	ackAsked   time.Time
+	ackFlushed bool
+
 	warnMu     sync.Mutex // the shards' warnShared
 	warnShards map[string]time.Time
 }
@@ -403,10 +412,37 @@ func (u *upstream) event(d time.Duration) bool {
 // housekeeping is the periodic work: stage changed cursors, maintenance.
 func (u *upstream) housekeeping() {
 	now := time.Now()
-	if len(u.dirty) > 0 && now.Sub(u.lastStage) >= u.f.opts.CursorInterval {
+	// What a kill -9 sends again is what was in flight and what was
+	// acknowledged since the cursor's last commit. During a drain no
+	// ingest commits come to take the stage, and a CursorInterval at
+	// millions of samples a second is many windows: so once half a
+	// window has been acknowledged the cursor is staged at once, and if
+	// no commit takes it within flushAfter the writer is asked for one
+	// (a transaction per half window of a drain, none while ingest
+	// commits anyway).
+	byAcks := u.ackedSince >= u.window/2
+	if len(u.dirty) > 0 && (byAcks || now.Sub(u.lastStage) >= u.f.opts.CursorInterval) {
 		u.lastStage = now
+		var gen uint64
 		for src := range u.dirty {
-			u.stageSource(src)
+			gen = max(gen, u.stageSource(src))
+		}
+		if byAcks && gen > 0 {
+			u.ackGen, u.ackAsked, u.ackFlushed = gen, now, false
+		}
+		u.ackedSince = 0
+	}
+	if u.ackGen != 0 {
+		if u.f.w.StagedCommitted() >= u.ackGen {
+			u.ackGen = 0
+		} else if !u.ackFlushed && now.Sub(u.ackAsked) >= flushAfter {
+			u.ackFlushed = true
+			u.stats.flushes.Add(1)
+			ctx, cancel := context.WithTimeout(u.ctx, time.Second)
+			if err := u.f.w.FlushStaged(ctx); err != nil {
+				u.warn("flush", "asking the writer to commit the cursor failed", "err", err)
+			}
+			cancel()
 		}
 	}
 	if now.Sub(u.lastMaint) >= time.Second {
@@ -1126,6 +1162,7 @@ func (u *upstream) completed(ps []*piece) {
 		}
 		mark.done = true
 		u.inflight -= mark.n
+		u.ackedSince += mark.n
 		u.advance(p.u)
 	}
 }
