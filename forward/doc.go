@@ -40,8 +40,10 @@
 // Every cursor write is a writer transaction; so they are staged
 // (archive.Writer.StageMetadata) and ride on the writer's next commit of
 // any kind, and the forwarder asks for a commit of its own (FlushStaged)
-// only when it waits for one (h) and the archive is quiet for 2 ms. While
-// ingest runs, cursors cost no fsync of their own.
+// only when it waits for one (h), or half a window has been acknowledged
+// since the last stage, and the archive is quiet for 2 ms. While ingest
+// runs, cursors cost no fsync of their own; a drain costs one per half
+// window.
 //
 // # Reading order
 //

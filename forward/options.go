@@ -132,6 +132,16 @@ type Options struct {
 	Logger      *slog.Logger
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// Busy, if set, reports whether the host's CPUs are saturated (cmd
+	// reads /proc/stat; it is called once a unit, so it must be cheap).
+	// While it does, and an upstream's lag is under Yield, the upstream
+	// forwards at a tenth of its pace (after each unit it waits nine times
+	// what the unit took, at most yieldMaxWait), leaving the CPU to
+	// ingest: forwarding can wait, and an upstream that catches up later
+	// reads segments, half the CPU a sample of reading the live tail. 0
+	// Yield, or nil Busy, never yields.
+	Busy  func() bool
+	Yield time.Duration
 	// OnThread, if set, is called first on each of the forwarder's
 	// goroutines that do its work (an upstream's loop and shards, a
 	// segment read ahead), each locked to its OS thread for its whole life

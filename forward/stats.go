@@ -45,6 +45,7 @@ type counters struct {
 	inflight                       atomic.Int64
 	heldStreams                    atomic.Int64
 	flushes                        atomic.Int64 // cursor commits asked of the writer (FlushStaged)
+	yields                         atomic.Int64 // waits left to ingest (Options.Busy)
 
 	mu      sync.Mutex
 	dropped map[string]int64
@@ -96,6 +97,9 @@ type UpstreamStats struct {
 	// the writer for, to commit a written-ahead cursor when no other
 	// commit came to carry it.
 	CursorFlushes int64
+	// Yields counts the waits the upstream made to leave a saturated
+	// host's CPU to ingest (Options.Busy, Options.Yield).
+	Yields int64
 }
 
 func (u *upstream) snapshot() UpstreamStats {
@@ -104,7 +108,7 @@ func (u *upstream) snapshot() UpstreamStats {
 		SamplesSent: c.samples.Load(), HistogramsSent: c.histograms.Load(), ExemplarsSent: c.exemplars.Load(),
 		Failed: c.failed.Load(), Retried: c.retried.Load(), Requests: c.requests.Load(), Resent: c.resent.Load(),
 		Pending: c.pending.Load(), InFlight: c.inflight.Load(), Lag: time.Duration(c.lagNS.Load()),
-		HeldStreams: c.heldStreams.Load(), CursorFlushes: c.flushes.Load()}
+		HeldStreams: c.heldStreams.Load(), CursorFlushes: c.flushes.Load(), Yields: c.yields.Load()}
 	if t := c.lastSuccess.Load(); t != 0 {
 		s.LastSuccess = time.Unix(0, t)
 	}

@@ -306,10 +306,32 @@ func (u *upstream) run() {
 			}
 			continue
 		}
+		t0 := time.Now()
 		if !u.dispatch(un) {
 			return
 		}
+		if u.yielding() {
+			u.stats.yields.Add(1)
+			if !u.idleFor(min(9*time.Since(t0), yieldMaxWait)) {
+				return
+			}
+		}
 	}
+}
+
+// yieldMaxWait bounds one wait of a yielding upstream, so that it still
+// takes its completions and stops promptly.
+const yieldMaxWait = 100 * time.Millisecond
+
+// yielding reports whether the upstream leaves the CPU to ingest now
+// (Options.Busy, Options.Yield).
+func (u *upstream) yielding() bool {
+	o := &u.f.opts
+	if o.Yield <= 0 || o.Busy == nil {
+		return false
+	}
+	lag := time.Duration(u.lag())
+	return lag > 0 && lag < o.Yield && o.Busy()
 }
 
 // shutdown stops the shards (their requests in flight are abandoned: not

@@ -29,6 +29,7 @@ type forwardFlags struct {
 	maxRate  float64
 	maxAge   model.Duration
 	shards   int
+	yield    model.Duration
 }
 
 func addForwardFlags(app *kingpin.Application, f *forwardFlags) {
@@ -47,6 +48,9 @@ func addForwardFlags(app *kingpin.Application, f *forwardFlags) {
 		Default("0").SetValue(named("forward.max-age", &f.maxAge))
 	app.Flag("forward.shards", "Parallel senders per --forward.url upstream (a series always goes to the same one).").
 		Default(fmt.Sprint(forward.DefaultShards)).IntVar(&f.shards)
+	app.Flag("forward.yield", "While the host's CPUs are saturated (Linux: /proc/stat), forward at a tenth of the pace, "+
+		"leaving the CPU to ingest, as long as the lag stays under this; the upstream catches up afterwards, from segments. "+
+		"0: never yield.").Default("0").SetValue(named("forward.yield", &f.yield))
 }
 
 // forwarding is the forwarder in run's wiring; a nil *forwarding does
@@ -62,8 +66,8 @@ func newForwarding(f forwardFlags, logger *slog.Logger) (*forwarding, error) {
 	if len(f.urls) == 0 && f.file == "" {
 		return nil, nil
 	}
-	if f.maxRate < 0 || f.maxAge < 0 || f.shards < 1 {
-		return nil, usage("--forward.max-samples-per-second and --forward.max-age must not be negative, --forward.shards positive")
+	if f.maxRate < 0 || f.maxAge < 0 || f.yield < 0 || f.shards < 1 {
+		return nil, usage("--forward.max-samples-per-second, --forward.max-age and --forward.yield must not be negative, --forward.shards positive")
 	}
 	proto, err := forward.ParseProtocol(f.protocol)
 	if err != nil {
@@ -86,6 +90,9 @@ func newForwarding(f forwardFlags, logger *slog.Logger) (*forwarding, error) {
 	opts := forward.Options{Upstreams: ups, UserAgent: "dendro-receiver/" + buildVersion(), Logger: logger.With("component", "forward")}
 	if threadPriorities {
 		opts.OnThread = forwardAtLowPriority(logger)
+	}
+	if f.yield > 0 {
+		opts.Yield, opts.Busy = time.Duration(f.yield), newHostCPU().saturated // never saturated but on Linux
 	}
 	fwd, err := forward.New(opts)
 	if err != nil {
@@ -167,7 +174,7 @@ type forwardCollector struct {
 	f                                                 *forward.Forwarder
 	samples, histograms, exemplars, failed, retried   *prometheus.Desc
 	requests, resent, dropped, pending, inflight, lag *prometheus.Desc
-	lastSuccess, backoff, held, info, flushes         *prometheus.Desc
+	lastSuccess, backoff, held, info, flushes, yields *prometheus.Desc
 }
 
 func newForwardCollector(f *forward.Forwarder) *forwardCollector {
@@ -191,6 +198,7 @@ func newForwardCollector(f *forward.Forwarder) *forwardCollector {
 		held:        d("held_streams", "Streams whose sealed rows the upstream keeps from the prune (it reads them as rows)."),
 		info:        d("upstream_info", "The upstream's URL and the protocol sent now.", "url", "protocol"),
 		flushes:     d("cursor_flushes_total", "Transactions of its own the forwarder asked the writer for, to commit a cursor no other commit carried."),
+		yields:      d("yields_total", "Waits the forwarder made to leave a saturated host's CPU to ingest (--forward.yield)."),
 	}
 }
 
@@ -212,6 +220,7 @@ func (c *forwardCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.requests, s.Requests)
 		counter(c.resent, s.Resent)
 		counter(c.flushes, s.CursorFlushes)
+		counter(c.yields, s.Yields)
 		for reason, n := range s.Dropped {
 			counter(c.dropped, n, reason)
 		}

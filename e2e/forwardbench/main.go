@@ -53,6 +53,7 @@ type options struct {
 	vm, vmagent                                        string
 	shards, maxPerSend, capacity                       int
 	only                                               string
+	yield                                              time.Duration
 }
 
 func main() {
@@ -69,6 +70,7 @@ func main() {
 	flag.DurationVar(&o.step, "step", 10*time.Second, "sample interval")
 	flag.BoolVar(&o.keep, "keep", false, "keep the data directories")
 	flag.StringVar(&o.only, "only", "", "run only this measurement: dendro, vmagent (drains) or ingest")
+	flag.DurationVar(&o.yield, "forward-yield", 0, "dendro-receiver's --forward.yield while it ingests and forwards")
 	flag.StringVar(&o.vm, "victoria-metrics", "victoria-metrics", "VictoriaMetrics binary")
 	flag.StringVar(&o.vmagent, "vmagent", "vmagent", "vmagent binary")
 	flag.Parse()
@@ -503,7 +505,7 @@ func ingestRates(o options, bin, dir string, reqs [][][]byte, total int64, forwa
 			upURL = "http://" + l.Addr().String() + "/api/v1/write"
 		}
 		if upURL != "" {
-			args = append(args, "--forward.url="+upURL, fmt.Sprintf("--forward.shards=%d", o.shards))
+			args = append(args, "--forward.url="+upURL, fmt.Sprintf("--forward.shards=%d", o.shards), "--forward.yield="+o.yield.String())
 		}
 		d, err := start(sub, "dendro-receiver", bin, args...)
 		if err != nil {
