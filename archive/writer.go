@@ -140,6 +140,14 @@ type WriterOptions struct {
 	// answers (the reference's order). See prunePending for why a caller
 	// that seals streams one after another wants it on.
 	DeferPrunes bool
+	// KeepWAL, if set, names for a stream the oldest wal row a reader
+	// outside the writer still reads as a row (a forwarder resuming inside
+	// an epoch of format-2 rows): the prune after a seal then deletes only
+	// the stream's sealed rows below it, and keeps the rest queued until a
+	// later prune finds the floor moved (see writer_keep.go). It is called
+	// on the writer goroutine: it must be cheap and must not call the
+	// Writer.
+	KeepWAL func(source SourceID, stream string) (from int64, ok bool)
 	// MaxSealRows and MaxSealBytes, when > 0, bound what one seal takes
 	// from a stream: its oldest live rows, up to MaxSealRows rows and
 	// MaxSealBytes bytes of row data (always at least one row). The rest
@@ -203,6 +211,8 @@ type Writer struct {
 	dropped map[SourceID]int64 // rows dropped out of order, per source
 
 	stats writerCounters
+
+	staged stagedMetadata // metadata patches riding on the next commit (writer_staged.go)
 }
 
 // WriterStats are the writer's cumulative counters.

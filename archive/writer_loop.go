@@ -82,7 +82,15 @@ func (l *loop) update(fn func(*WriteTx) error) error {
 			return l.opts.fault(tx)
 		}
 	}
-	err := update(context.Background(), l.conn, l.insertWAL, fn)
+	// Every transaction also writes the staged metadata (writer_staged.go).
+	staged := l.w.staged.take()
+	err := update(context.Background(), l.conn, l.insertWAL, func(tx *WriteTx) error {
+		if err := fn(tx); err != nil {
+			return err
+		}
+		return l.applyStaged(tx, staged)
+	})
+	l.w.staged.finish(staged, err)
 	l.countCache()
 	return err
 }
@@ -369,6 +377,8 @@ func (l *loop) apply(msg message) {
 		m.reply <- result[struct{}]{err: l.checkpoint()}
 	case msgPrune:
 		l.prunePending()
+	case msgFlushStaged:
+		l.flushStaged()
 	}
 }
 

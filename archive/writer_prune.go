@@ -35,12 +35,12 @@ func (l *loop) prunePending() {
 	slices.SortFunc(keys, func(a, b streamKey) int {
 		return cmp.Or(cmp.Compare(a.source, b.source), strings.Compare(a.stream, b.stream))
 	})
-	targets := make([]pruneTarget, len(keys))
-	for i, k := range keys {
-		targets[i] = pruneTarget{k.source, k.stream, l.prunes[k]}
-	}
+	targets, held := l.pruneTargets(keys) // WriterOptions.KeepWAL (writer_keep.go)
 	var n int64
 	err := l.withRetries(func() error {
+		if len(targets) == 0 {
+			return nil
+		}
 		return l.update(func(tx *WriteTx) error {
 			var err error
 			n, err = tx.pruneStreams(targets)
@@ -54,5 +54,6 @@ func (l *loop) prunePending() {
 	}
 	l.w.stats.prunedRows.Add(n)
 	clear(l.prunes)
+	l.requeueHeld(held)
 	l.releaseCache()
 }

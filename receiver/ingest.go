@@ -68,6 +68,9 @@ type IngestOptions struct {
 	// next series), as Prometheus's head drops idle series; its data stays
 	// readable. 0 means DefaultIdleTimeout, negative never.
 	IdleTimeout time.Duration
+	// Floors keep retention and compaction off what a forwarder still
+	// needs (floors.go); the zero value keeps nothing.
+	Floors Floors
 	// Now is the clock; nil means time.Now.
 	Now    func() time.Time
 	Logger *slog.Logger

@@ -16,7 +16,8 @@ func (in *Ingester) EnforceRetention(ctx context.Context) error {
 	if in.opts.Retention > 0 {
 		cutoff := in.opts.Now().Add(-in.opts.Retention).UnixNano()
 		for _, id := range ids {
-			if _, err := in.evictBefore(ctx, id, cutoff, true); err != nil {
+			// Never below what a forwarder upstream still needs (Floors).
+			if _, err := in.evictBefore(ctx, id, in.retentionCutoff(id, cutoff), true); err != nil {
 				return err
 			}
 		}
@@ -139,6 +140,9 @@ func (in *Ingester) evictOldest(ctx context.Context, ids []archive.SourceID, exc
 		// No seal first: this frees room, often on a disk too full to
 		// write a segment; a live row older than cutoff waits for its
 		// stream's own seal and goes with a later eviction.
+		// The archive must fit, whatever a forwarder still needs: it is
+		// told first, and counts and logs what its upstreams lose.
+		in.evicting(ctx, id, cutoff)
 		ev, err := in.evictBefore(ctx, id, cutoff, false)
 		segs += ev.Segments
 		if err != nil {
@@ -162,11 +166,11 @@ func (in *Ingester) Compact(ctx context.Context) error {
 				return err
 			}
 			for _, st := range streams {
-				n, _, err := tx.SegmentSpan(id, st)
+				n, span, err := tx.SegmentSpan(id, st)
 				if err != nil {
 					return err
 				}
-				if n >= compactMinSegs {
+				if n >= compactMinSegs && in.mayCompact(id, st, span.LastTS) {
 					todo = append(todo, streamKey{id, st})
 				}
 			}

@@ -88,6 +88,8 @@ type config struct {
 	queryCache      units.Base2Bytes
 
 	memoryLimit units.Base2Bytes
+
+	forward forwardFlags // forward.go
 }
 
 func parseFlags(args []string, stdout io.Writer) (*config, bool, error) {
@@ -139,6 +141,7 @@ func parseFlags(args []string, stdout io.Writer) (*config, bool, error) {
 		SetValue(named("query.timeout", &c.queryTimeout))
 	app.Flag("query.cache-bytes", "Memory for caching immutable segments between queries (0: default).").
 		Default("64MiB").SetValue(named("query.cache-bytes", (*bytesValue)(&c.queryCache)))
+	addForwardFlags(app, &c.forward)
 	memDefault, memFrom := defaultMemoryLimit(os.ReadFile)
 	app.Flag("memory.limit", fmt.Sprintf("The process's memory budget: the Go runtime's soft limit, the SQLite readers' page caches "+
 		"and what reads may hold are all shares of it (default: %s).", memFrom)).
@@ -267,6 +270,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, procs int
 	if err != nil {
 		return err
 	}
+	fwd, err := newForwarding(c.forward, logger)
+	if err != nil {
+		return err
+	}
 	var listeners []net.Listener
 	for _, addr := range *c.web.WebListenAddresses {
 		l, err := net.Listen("tcp", addr)
@@ -298,6 +305,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, procs int
 	// decoding (receiver.Pending), to take them along.
 	pending := &receiver.Pending{}
 	wopts.Coming, wopts.GroupWait = pending.Count, groupWait
+	fwd.writerOptions(&wopts)
 	var w *archive.Writer
 	if exists {
 		w, err = archive.OpenWriter(c.archivePath, wopts)
@@ -350,6 +358,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, procs int
 		CompactTargetRows: c.compactRows,
 		WriteTimeout:      time.Duration(c.writeTimeout),
 		Parallelism:       procs,
+		Floors:            fwd.floors(),
 		Logger:            logger.With("component", "ingest"),
 	})
 	if err != nil {
@@ -361,6 +370,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, procs int
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		newArchiveCollector(w, reader, ing), newMemoryCollector(mem, budget))
+	fwd.register(reg)
 	h, err := receiver.NewHandler(ing, receiver.Options{
 		MaxCompressedBytes: int64(c.maxRequest),
 		MaxDecodedBytes:    int64(c.maxDecoded),
@@ -426,6 +436,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, procs int
 		io.WriteString(rw, "Ready.\n")
 	})
 	srv := &http.Server{Handler: r, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
+
+	// The forwarder reads the archive through its own snapshots: it needs
+	// the archive and the writer open, not the read index.
+	if err := fwd.start(ctx, reader, w); err != nil {
+		reader.Close()
+		w.Close()
+		return err
+	}
 
 	bg, stopBG := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -498,6 +516,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, procs int
 	cancel()
 	stopBG()
 	wg.Wait()
+	fwd.close()
 	fctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	if err := ing.Finalize(fctx); err != nil {
 		logger.Warn("finalizing sources", "err", err)
