@@ -168,31 +168,9 @@ func openSegment(seg []byte) (*segmentFile, error) {
 	// page decoded is one the checksum covers, read from where it was
 	// written. Between the last chunk and the footer lies the page index
 	// (segments since index format 2), which the catalog's index checks.
-	next := int64(4)
-	for i := 0; i < md.NumRowGroups(); i++ {
-		rg := md.RowGroup(i)
-		for c := 0; c < rg.NumColumns(); c++ {
-			cc, err := rg.ColumnChunk(c)
-			if err != nil {
-				return nil, corruptSegment("column chunk metadata", err)
-			}
-			size, usize := cc.TotalCompressedSize(), cc.TotalUncompressedSize()
-			// A dictionary page, if any, comes first (label columns since
-			// dictionary encoding; absent from older segments).
-			start := cc.DataPageOffset()
-			if cc.HasDictionaryPage() {
-				if d := cc.DictionaryPageOffset(); d < start {
-					start = d
-				} else {
-					start = -1
-				}
-			}
-			if start != next || size <= 0 || size > dataEnd-next || cc.DataPageOffset() >= next+size ||
-				usize < 0 || usize > 256*size+1<<16 || cc.NumValues() != rg.NumRows() {
-				return nil, corruptSegment(fmt.Sprintf("row group %d column %d: chunk layout", i, c), nil)
-			}
-			next += size
-		}
+	next, err := checkLayout(md, dataEnd)
+	if err != nil {
+		return nil, err
 	}
 	if next > dataEnd {
 		return nil, corruptSegment("column chunks do not tile the data region", nil)

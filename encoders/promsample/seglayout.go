@@ -197,8 +197,10 @@ func (l *SegmentLayout) NewReader(r io.ReaderAt) (*SegmentReader, error) {
 	return &SegmentReader{x: l.x, f: f, vr: vr, cols: l.cols, rgEnd: l.rgEnd, starts: l.starts, rg: -1}, nil
 }
 
-// checkLayout checks that the column chunks tile [4, end) in order and end
-// at or before footerStart, as openSegment does, and returns end.
+// checkLayout checks that the column chunks tile [4, end) in order, each
+// starting with its dictionary page if it has one (label columns), and end
+// at or before footerStart, and returns end. openSegment and
+// OpenSegmentLayout both rely on it.
 func checkLayout(md *metadata.FileMetaData, footerStart int64) (int64, error) {
 	next := int64(4)
 	for i := 0; i < md.NumRowGroups(); i++ {
