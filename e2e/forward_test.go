@@ -580,11 +580,7 @@ func TestForwardSurvivesKill9(t *testing.T) {
 	}
 	sent := snd.halt()
 	want := fwdSeries(t, a.archive)
-	poll(t, 60*time.Second, 250*time.Millisecond, "the upstream holding every sample", func() (bool, string) {
-		got, _ := up.snapshot()
-		d, _ := compareSeries(want, got)
-		return d == "", d
-	})
+	awaitEverySample(t, up, want, 60*time.Second)
 	r := resentBy(0)
 	resent, most = resent+r, max(most, r)
 	_, dups := up.snapshot()
@@ -664,11 +660,7 @@ func TestForwardSurvivesKill9DrainingABacklog(t *testing.T) {
 		a = startDendro(t, bin, addr, path, logDir, args...)
 	}
 	want := fwdSeries(t, a.archive)
-	poll(t, 120*time.Second, 250*time.Millisecond, "the upstream holding every sample", func() (bool, string) {
-		got, _ := up.snapshot()
-		d, _ := compareSeries(want, got)
-		return d == "", d
-	})
+	awaitEverySample(t, up, want, 120*time.Second)
 	r := resentNow()
 	resent, most = resent+r, max(most, r)
 	_, dups := up.snapshot()
@@ -788,4 +780,15 @@ func TestForwardEverythingToADendroRW2Upstream(t *testing.T) {
 	if ma, mb := metaOf(a.addr), metaOf(b.addr); ma != mb || !strings.Contains(mb, "fwd_rich_latency_seconds") {
 		t.Errorf("metadata differs:\nsource   %s\nupstream %s", ma, mb)
 	}
+}
+
+// awaitEverySample waits until the stub upstream up holds every
+// sample of want (duplicates allowed: they are counted apart).
+func awaitEverySample(t *testing.T, up *rwStub, want map[string][]sample, timeout time.Duration) {
+	t.Helper()
+	poll(t, timeout, 250*time.Millisecond, "the upstream holding every sample", func() (bool, string) {
+		got, _ := up.snapshot()
+		d, _ := compareSeries(want, got)
+		return d == "", d
+	})
 }
