@@ -71,7 +71,10 @@
 // segment's pages go"). A reclaim (incremental_vacuum) moves the file's
 // last pages into free ones and scatters them again; the clean stop's
 // reclaim does, so the segments written last before a restart read
-// slower than those written after it.
+// slower than those written after it. Placement also gives way when the
+// free list is long (a 1 M-series memtable's pruned rows), so readers see
+// the file through a memory map (ReadOptions.MapBytes): a scattered link
+// then costs a pointer, not a read call and a page copy.
 //
 // Ordering with the writer: AppendQueued returns once the writer's channel
 // took a tick, before its commit, so a caller can order its own next

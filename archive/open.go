@@ -46,6 +46,11 @@ type ReadOptions struct {
 	// must therefore not open another View on the same handle. 0 means
 	// DefaultReadConns.
 	MaxConns int
+	// MapBytes is how much of the file each connection reads through a
+	// memory map (SQLite's mmap_size) instead of read calls; SQLite caps it
+	// at 2 GiB. 0 means DefaultReadMapBytes, a negative value turns the
+	// map off. See DefaultReadMapBytes for why and what it costs.
+	MapBytes int64
 }
 
 // Read handle defaults. A reader's page cache mostly holds the wal rows of
@@ -64,6 +69,25 @@ const (
 	// minReaderCacheKiB is the smallest cache a reader gets whatever its
 	// share: a B-tree's path from root to leaf, many times over.
 	minReaderCacheKiB = 256
+	// DefaultReadMapBytes: readers see the file through a memory map, all
+	// of it up to SQLite's cap (SQLITE_MAX_MMAP_SIZE, 2 GiB in this build).
+	//
+	// Why: a reader's page cache does not outlive a commit. In WAL mode a
+	// read transaction that finds the database changed since the last one
+	// drops its whole cache (SQLite's pager_reset), and the writer commits
+	// every second, so every question starts cold. Through the map a page
+	// of the file costs a pointer instead of a read call and a 4 KiB copy.
+	// That matters most for a segment's page chain: a read at offset X
+	// walks it up to X, and where the pages are not consecutive (a reclaim
+	// moved them) each link is a page to fetch. Measured on a 1 M-series
+	// archive after a restart (server, 400 one-series query_range, p50):
+	// 7.7-8.1 ms without the map, 1.8-3.2 ms with it.
+	//
+	// What it costs: the pages a read touched count in the process's RSS
+	// (as file-backed memory the kernel may drop, not heap), and an I/O
+	// error under the map is a SIGBUS, not an error return. Writes never go
+	// through it: the writer's connection has no map.
+	DefaultReadMapBytes = 2 << 30
 )
 
 // withDefaults fills the zero fields.
@@ -73,6 +97,9 @@ func (o ReadOptions) withDefaults() ReadOptions {
 	}
 	if o.MaxConns <= 0 {
 		o.MaxConns = DefaultReadConns
+	}
+	if o.MapBytes == 0 {
+		o.MapBytes = DefaultReadMapBytes
 	}
 	return o
 }
@@ -122,6 +149,7 @@ func openRead(path string, immutable bool, opts ReadOptions) (*Archive, error) {
 	c, err := newConnector(dsn(path, params...),
 		fmt.Sprintf("PRAGMA busy_timeout=%d", defaultBusyTimeoutMS),
 		fmt.Sprintf("PRAGMA cache_size=%d", opts.cacheKiB()),
+		fmt.Sprintf("PRAGMA mmap_size=%d", max(opts.MapBytes, 0)),
 		"PRAGMA query_only=1")
 	if err != nil {
 		return nil, err
