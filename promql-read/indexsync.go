@@ -1,10 +1,12 @@
 package promread
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
 	"runtime"
+	"slices"
 	"sync"
 	"time"
 
@@ -258,9 +260,76 @@ func (q *Queryable) Warm(ctx context.Context) error {
 	if err := q.s.syncAll(ctx, nameConstraint{all: true}); err != nil {
 		return err
 	}
+	tails := time.Since(started) - segs
+	layouts := q.s.warmLayouts(ctx)
 	q.s.opts.Logger.Debug("warmed the read index", "segments_took", segs.Round(time.Millisecond),
-		"tails_took", (time.Since(started) - segs).Round(time.Millisecond), "series", q.s.x.Len())
+		"tails_took", tails.Round(time.Millisecond), "layouts", layouts,
+		"layouts_took", (time.Since(started) - segs - tails).Round(time.Millisecond), "series", q.s.x.Len())
 	return nil
+}
+
+// warmLayoutShare is the part of the cache warmLayouts may fill.
+const warmLayoutShare = 4
+
+// warmLayouts caches the layouts of the newest segments, newest first,
+// until they hold a warmLayoutShare-th of the cache, and returns how many
+// it cached. A layout is read once per segment, and that first read walks
+// the segment's whole page chain, since the footer is at its end (2-4 ms a
+// segment of a 1 M-series archive, more than the question itself); the
+// questions that come first after a restart (a dashboard's) are mostly
+// about the last hours. It only saves those questions time, so a failure
+// (a segment evicted meanwhile, or a corrupt one, which its question will
+// report) is logged and ends it.
+func (s *store) warmLayouts(ctx context.Context) int {
+	budget := s.opts.CacheBytes / warmLayoutShare
+	if budget <= 0 {
+		return 0
+	}
+	var ids []segmentID
+	err := s.viewStreams(ctx, nameConstraint{all: true}, func(_ *catalog, src archive.SourceInfo, _ string, segs []archive.StreamSegment) error {
+		for _, m := range segs {
+			ids = append(ids, s.segID(src.ID, m))
+		}
+		return nil
+	})
+	if err != nil {
+		if ctx.Err() == nil {
+			s.opts.Logger.Warn("warming segment layouts stopped", "err", err)
+		}
+		return 0
+	}
+	slices.SortFunc(ids, func(a, b segmentID) int { return cmp.Compare(b.lastTS, a.lastTS) })
+	n := 0
+	for _, id := range ids {
+		if budget <= 0 {
+			break
+		}
+		// One snapshot a segment: each holds its BLOB handle to its end.
+		err := s.a.View(ctx, func(tx *archive.ReadTx) error {
+			d, v2, err := s.dir(tx, id)
+			if err != nil || !v2 {
+				return err // !v2: read whole, no layout
+			}
+			blob, found, err := tx.OpenSegment(id.source, id.stream, id.seq)
+			if err != nil || !found {
+				return err // !found: evicted since the listing
+			}
+			l, err := s.layout(id, d, blob)
+			if err != nil {
+				return fmt.Errorf("segment %d: %w", id.seq, err)
+			}
+			n++
+			budget -= l.Bytes()
+			return nil
+		})
+		if err != nil {
+			if ctx.Err() == nil {
+				s.opts.Logger.Warn("warming segment layouts stopped", "err", err)
+			}
+			break
+		}
+	}
+	return n
 }
 
 // warmSegments indexes every segment not yet indexed, parsing and
