@@ -70,7 +70,7 @@ func main() {
 	flag.DurationVar(&o.step, "step", 10*time.Second, "sample interval")
 	flag.BoolVar(&o.keep, "keep", false, "keep the data directories")
 	flag.StringVar(&o.only, "only", "", "run only this measurement: dendro, vmagent (drains) or ingest")
-	flag.DurationVar(&o.yield, "forward-yield", 0, "dendro-receiver's --forward.yield while it ingests and forwards")
+	flag.DurationVar(&o.yield, "forward-yield", -1, "dendro-receiver's --forward.yield while it ingests and forwards (negative: its default)")
 	flag.StringVar(&o.vm, "victoria-metrics", "victoria-metrics", "VictoriaMetrics binary")
 	flag.StringVar(&o.vmagent, "vmagent", "vmagent", "vmagent binary")
 	flag.Parse()
@@ -505,7 +505,10 @@ func ingestRates(o options, bin, dir string, reqs [][][]byte, total int64, forwa
 			upURL = "http://" + l.Addr().String() + "/api/v1/write"
 		}
 		if upURL != "" {
-			args = append(args, "--forward.url="+upURL, fmt.Sprintf("--forward.shards=%d", o.shards), "--forward.yield="+o.yield.String())
+			args = append(args, "--forward.url="+upURL, fmt.Sprintf("--forward.shards=%d", o.shards))
+			if o.yield >= 0 {
+				args = append(args, "--forward.yield="+o.yield.String())
+			}
 		}
 		d, err := start(sub, "dendro-receiver", bin, args...)
 		if err != nil {
