@@ -74,8 +74,8 @@ const (
 	//
 	// Why: a reader's page cache does not outlive a commit. In WAL mode a
 	// read transaction that finds the database changed since the last one
-	// drops its whole cache (SQLite's pager_reset), and the writer commits
-	// every second, so every question starts cold. Through the map a page
+	// drops its whole cache (SQLite's pager_reset), and under ingest the
+	// writer commits many times a second, so every question starts cold. Through the map a page
 	// of the file costs a pointer instead of a read call and a 4 KiB copy.
 	// That matters most for a segment's page chain: a read at offset X
 	// walks it up to X, and where the pages are not consecutive (a reclaim

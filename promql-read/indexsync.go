@@ -268,12 +268,17 @@ func (q *Queryable) Warm(ctx context.Context) error {
 	return nil
 }
 
-// warmLayoutShare is the part of the cache warmLayouts may fill.
-const warmLayoutShare = 4
+// warmLayoutShare is the part of the cache warmLayouts may fill, and
+// warmLayoutTime how long it may take (it runs before the server reports
+// ready; a large --query.cache-bytes must not make a restart slow).
+const (
+	warmLayoutShare = 4
+	warmLayoutTime  = 2 * time.Second
+)
 
 // warmLayouts caches the layouts of the newest segments, newest first,
-// until they hold a warmLayoutShare-th of the cache, and returns how many
-// it cached. A layout is read once per segment, and that first read walks
+// until they hold a warmLayoutShare-th of the cache or warmLayoutTime has
+// passed, and returns how many it cached. A layout is read once per segment, and that first read walks
 // the segment's whole page chain, since the footer is at its end (2-4 ms a
 // segment of a 1 M-series archive, more than the question itself); the
 // questions that come first after a restart (a dashboard's) are mostly
@@ -300,8 +305,9 @@ func (s *store) warmLayouts(ctx context.Context) int {
 	}
 	slices.SortFunc(ids, func(a, b segmentID) int { return cmp.Compare(b.lastTS, a.lastTS) })
 	n := 0
+	deadline := time.Now().Add(warmLayoutTime)
 	for _, id := range ids {
-		if budget <= 0 {
+		if budget <= 0 || time.Now().After(deadline) {
 			break
 		}
 		// One snapshot a segment: each holds its BLOB handle to its end.
