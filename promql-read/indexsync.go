@@ -247,8 +247,9 @@ func (s *store) syncAll(ctx context.Context, nc nameConstraint) error {
 }
 
 // Warm indexes the whole archive: every segment's series table and every
-// stream's live tail. A server calls it before it reports ready, so that
-// the first question after a restart costs what any other does. The
+// stream's live tail, then caches the newest segments' layouts
+// (warmLayouts). A server calls it before it reports ready, so that the
+// first question after a restart costs what any other does. The
 // segments' tables are read in one snapshot and indexed on every
 // processor.
 func (q *Queryable) Warm(ctx context.Context) error {

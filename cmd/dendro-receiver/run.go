@@ -462,10 +462,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, procs int
 	// Writes are taken from here on: the ingester has resumed, and a
 	// sender that restarted with us should not wait for reads to be
 	// fast. Ready waits for the read index to hold what the archive
-	// already holds (every segment's series table, no samples, and the
-	// live tails decoded), so that the first question a balanced reader
-	// sends costs what any other does; a question asked meanwhile is
-	// answered right, indexing what it needs itself.
+	// already holds (every segment's series table, no samples, the live
+	// tails decoded, the newest segments' layouts), so that the first
+	// question a balanced reader sends costs what any other does; a
+	// question asked meanwhile is answered right, indexing what it needs
+	// itself.
 	warmed := make(chan error, 1)
 	wg.Add(1)
 	go func() {
