@@ -143,9 +143,10 @@ type Ingester struct {
 	rowBufs bufStack
 
 	// checkDisk wakes the disk reserve's goroutine (Run) when a write
-	// found the disk full (sawFull), or wrote a tenth of the reserve since
-	// the last check (capacity 1, sent without blocking); written counts
-	// the wal bytes appended since that check.
+	// found the disk full (sawFull), or may have written a tenth of the
+	// reserve since the last check (capacity 1, sent without blocking);
+	// written counts the wal bytes appended since that check, times
+	// writeAmplification.
 	checkDisk chan struct{}
 	sawFull   atomic.Bool
 	written   atomic.Int64
