@@ -154,14 +154,9 @@ func openSegment(seg []byte) (*segmentFile, error) {
 		return nil, corruptSegment("parquet footer", err)
 	}
 	md := r.MetaData()
-	kv := map[string]string{}
-	for _, k := range md.KeyValueMetadata() {
-		if k.Value != nil {
-			kv[k.Key] = *k.Value
-		}
-	}
-	if v := kv[KeyEncoder]; v != EncoderVersion {
-		return nil, fmt.Errorf("%w: segment encoder %q, reading %q", ErrUnsupportedVersion, v, EncoderVersion)
+	kv, err := footerKV(md)
+	if err != nil {
+		return nil, err
 	}
 	// Column chunks must tile the data region exactly, in order, as the
 	// writer laid them out, and the checksum must cover them: then every
@@ -669,4 +664,19 @@ func (rr *rowGroupReader) readStrings(rg *file.RowGroupReader, col int, n int64,
 		done += levels
 	}
 	return out, nil
+}
+
+// footerKV returns a segment footer's key/value metadata, refusing a
+// segment another encoder version wrote (ErrUnsupportedVersion).
+func footerKV(md *metadata.FileMetaData) (map[string]string, error) {
+	kv := map[string]string{}
+	for _, k := range md.KeyValueMetadata() {
+		if k.Value != nil {
+			kv[k.Key] = *k.Value
+		}
+	}
+	if v := kv[KeyEncoder]; v != EncoderVersion {
+		return nil, fmt.Errorf("%w: segment encoder %q, reading %q", ErrUnsupportedVersion, v, EncoderVersion)
+	}
+	return kv, nil
 }

@@ -81,14 +81,8 @@ func OpenSegmentLayout(r io.ReaderAt, size int64, x *Index) (_ *SegmentLayout, e
 	// WriterVersion is computed on first use and stored in md: compute it
 	// now, so that readers sharing md only ever read it.
 	md.WriterVersion()
-	kv := map[string]string{}
-	for _, k := range md.KeyValueMetadata() {
-		if k.Value != nil {
-			kv[k.Key] = *k.Value
-		}
-	}
-	if v := kv[KeyEncoder]; v != EncoderVersion {
-		return nil, fmt.Errorf("%w: segment encoder %q, reading %q", ErrUnsupportedVersion, v, EncoderVersion)
+	if _, err := footerKV(md); err != nil {
+		return nil, err
 	}
 	chunksEnd, err := checkLayout(md, footerStart)
 	if err != nil {
