@@ -206,7 +206,7 @@ func splitLongSeries(series []*seriesData, maxRows int) []*seriesData {
 		i, j := 0, 0
 		first := true
 		for i < len(s.samples) || j < len(s.hists) {
-			p := &seriesData{lbls: s.lbls, name: s.name}
+			p := &seriesData{lbls: s.lbls, name: s.name, pairs: s.pairs}
 			if first {
 				p.exemplars, first = s.exemplars, false
 			}
@@ -282,7 +282,7 @@ func (e *Encoder) encode(stream string, rows []archive.Row, consume bool) (*arch
 	}
 	// A segment takes about half its rows' bytes (rwload: 2.9 vs 6.9
 	// bytes per sample).
-	data, idx, err := e.write(series, meta, rowBytes/2)
+	data, idx, err := e.write(series, c.symbols, meta, rowBytes/2)
 	if err != nil {
 		return nil, fmt.Errorf("stream %q: %w", stream, err)
 	}
@@ -346,7 +346,7 @@ func (e *Encoder) Merge(stream string, segs []archive.StoredSegment) (*archive.S
 		rows += s.Rows
 	}
 	series, meta := c.finish()
-	data, idx, err := e.write(series, meta, int(total))
+	data, idx, err := e.write(series, c.symbols, meta, int(total))
 	if err != nil {
 		return nil, 0, fmt.Errorf("stream %q: %w", stream, err)
 	}
@@ -377,11 +377,13 @@ func columnLabel(col string) (string, bool) {
 type rowGroupPlan struct{ from, to int }
 
 // write encodes canonical series into Parquet bytes and the index.
-// write encodes series and meta as one segment. sizeHint is the expected
+// write encodes series and meta as one segment. symbols are the series'
+// strings, sorted, that their pairs index (collector.finish sets both);
+// nil when the series have no pairs. sizeHint is the expected
 // size of the segment: the output buffer is allocated once at about that
 // size instead of doubling its way up (garbage of about the segment's size,
 // at the seal's memory peak).
-func (e *Encoder) write(series []*seriesData, meta []Metadata, sizeHint int) (data, index []byte, err error) {
+func (e *Encoder) write(series []*seriesData, symbols []string, meta []Metadata, sizeHint int) (data, index []byte, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			data, index, err = nil, nil, fmt.Errorf("promsample: parquet writer panicked: %v", p)
@@ -541,7 +543,7 @@ func (e *Encoder) write(series []*seriesData, meta []Metadata, sizeHint int) (da
 		return out, summary, nil
 	}
 	footerStart := len(out) - 8 - int(binary.LittleEndian.Uint32(out[len(out)-8:]))
-	idx.Table = newSeriesTable(series)
+	idx.Table = newSeriesTable(series, symbols)
 	idx.PageIndexSum = xxhash.Sum64(out[dataEnd:footerStart])
 	if idx.PageSums, err = pageSums(out); err != nil {
 		return nil, nil, err

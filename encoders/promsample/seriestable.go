@@ -94,9 +94,32 @@ func (h *SeriesHasher) Sum() uint64 { return h.d.Sum64() }
 var sep = []byte{0xff}
 
 // newSeriesTable builds the table of series (canonical order; a series cut
-// into consecutive pieces by splitLongSeries is one entry).
-func newSeriesTable(series []*seriesData) *SeriesTable {
-	t := &SeriesTable{}
+// into consecutive pieces by splitLongSeries is one entry). symbols, when
+// not nil, are the series' strings sorted, and every series' pairs index
+// them (collector.finish): the table takes both as they are. Otherwise it
+// numbers the strings itself.
+func newSeriesTable(series []*seriesData, symbols []string) *SeriesTable {
+	if symbols == nil {
+		symbols = rankSeriesStrings(series)
+	}
+	t := &SeriesTable{Symbols: symbols}
+	t.off = append(t.off, 0)
+	for i, s := range series {
+		if i > 0 && slices.Equal(series[i-1].pairs, s.pairs) {
+			t.Rows[len(t.Rows)-1] += uint32(s.numRows())
+			continue
+		}
+		t.pairs = append(t.pairs, s.pairs...)
+		t.off = append(t.off, uint32(len(t.pairs)))
+		t.Rows = append(t.Rows, uint32(s.numRows()))
+		t.Hashes = append(t.Hashes, SeriesHash(s.lbls))
+	}
+	return t
+}
+
+// rankSeriesStrings returns the sorted distinct strings of series' labels
+// and sets each series' pairs to its labels' indexes into them.
+func rankSeriesStrings(series []*seriesData) []string {
 	syms := map[string]uint32{}
 	for _, s := range series {
 		s.lbls.Range(func(l labels.Label) {
@@ -104,28 +127,21 @@ func newSeriesTable(series []*seriesData) *SeriesTable {
 			syms[l.Value] = 0
 		})
 	}
-	t.Symbols = make([]string, 0, len(syms))
+	symbols := make([]string, 0, len(syms))
 	for s := range syms {
-		t.Symbols = append(t.Symbols, s)
+		symbols = append(symbols, s)
 	}
-	slices.Sort(t.Symbols)
-	for i, s := range t.Symbols {
+	slices.Sort(symbols)
+	for i, s := range symbols {
 		syms[s] = uint32(i)
 	}
-	t.off = append(t.off, 0)
-	for i, s := range series {
-		if i > 0 && labels.Equal(series[i-1].lbls, s.lbls) {
-			t.Rows[len(t.Rows)-1] += uint32(s.numRows())
-			continue
-		}
+	for _, s := range series {
+		s.pairs = s.pairs[:0]
 		s.lbls.Range(func(l labels.Label) {
-			t.pairs = append(t.pairs, syms[l.Name], syms[l.Value])
+			s.pairs = append(s.pairs, syms[l.Name], syms[l.Value])
 		})
-		t.off = append(t.off, uint32(len(t.pairs)))
-		t.Rows = append(t.Rows, uint32(s.numRows()))
-		t.Hashes = append(t.Hashes, SeriesHash(s.lbls))
 	}
-	return t
+	return symbols
 }
 
 func (t *SeriesTable) appendBinary(b []byte) []byte {
