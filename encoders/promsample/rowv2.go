@@ -73,14 +73,49 @@ const MaxEpochSeries = 1 << 24
 // in one epoch.
 type AnchoredRow struct {
 	Epoch uint64
-	// FirstLocal is the local id of Anchors[0]; anchor i is FirstLocal+i.
+	// FirstLocal is the local id of the row's first anchor; anchor i is
+	// FirstLocal+i.
 	FirstLocal uint32
-	// Anchors are the label sets this row introduces to the epoch.
+	// Anchors are the label sets this row introduces to the epoch, unless
+	// Interned is set.
 	Anchors []labels.Labels
+	// Interned, when set, gives the anchors instead (and Anchors must be
+	// empty): a caller that holds its label sets interned encodes them
+	// without building a labels.Labels each. Both encode to the same
+	// content.
+	Interned *InternedAnchors
 	// Series refer to series by local id: anchored by this row or by an
 	// earlier, committed row of the epoch.
 	Series   []RowSeries
 	Metadata []Metadata
+}
+
+// InternedAnchors are a row's anchors as symbol ids of the caller's
+// interned strings (the receiver's series index): anchor i's labels are
+// Pairs[Ends[i-1]:Ends[i]] (from 0 for the first), (name, value) ids in
+// label order, sorted by name as labels.Labels are. Symbol returns an id's
+// string; it is called once per distinct id in a row.
+type InternedAnchors struct {
+	Symbol func(id uint32) string
+	Pairs  []uint32
+	Ends   []uint32
+}
+
+// Reset empties a, keeping its capacity.
+func (a *InternedAnchors) Reset() { a.Pairs, a.Ends = a.Pairs[:0], a.Ends[:0] }
+
+// Add appends an anchor given as (name, value) symbol ids.
+func (a *InternedAnchors) Add(pairs []uint32) {
+	a.Pairs = append(a.Pairs, pairs...)
+	a.Ends = append(a.Ends, uint32(len(a.Pairs)))
+}
+
+// numAnchors is how many anchors r carries.
+func (r *AnchoredRow) numAnchors() int {
+	if r.Interned != nil {
+		return len(r.Interned.Ends)
+	}
+	return len(r.Anchors)
 }
 
 // RowSeries is one series of an anchored row.
@@ -99,17 +134,52 @@ type RowEncoder struct {
 	raw  []byte
 	comp []byte
 	ids  map[string]uint32
+	// syms maps an interned anchor's symbol id to its string's id in the
+	// row (InternedAnchors): a uint32 key, where ids hashes the string.
+	// The two maps do not share entries, so a string that an interned
+	// anchor and an exemplar or metadata both use is in the row's table
+	// twice; a reader resolves either id to the same string.
+	syms map[uint32]uint32
 }
 
 func (e *RowEncoder) ref(body []byte, s string) []byte {
 	id, ok := e.ids[s]
 	if !ok {
-		id = uint32(len(e.ids))
+		id = uint32(len(e.ids) + len(e.syms))
 		e.ids[s] = id
 		e.tab = binary.AppendUvarint(e.tab, uint64(len(s)))
 		e.tab = append(e.tab, s...)
 	}
 	return binary.AppendUvarint(body, uint64(id))
+}
+
+// symbol appends the row's id of the caller's symbol id, adding its
+// string to the table on first sight.
+func (e *RowEncoder) symbol(body []byte, id uint32, str func(uint32) string) []byte {
+	n, ok := e.syms[id]
+	if !ok {
+		s := str(id)
+		n = uint32(len(e.ids) + len(e.syms))
+		e.syms[id] = n
+		e.tab = binary.AppendUvarint(e.tab, uint64(len(s)))
+		e.tab = append(e.tab, s...)
+	}
+	return binary.AppendUvarint(body, uint64(n))
+}
+
+// interned appends the anchors of a as labels are written: a count of
+// labels, then (name, value) string ids.
+func (e *RowEncoder) interned(body []byte, a *InternedAnchors) []byte {
+	from := uint32(0)
+	for _, end := range a.Ends {
+		p := a.Pairs[from:end]
+		body = binary.AppendUvarint(body, uint64(len(p)/2))
+		for _, id := range p {
+			body = e.symbol(body, id, a.Symbol)
+		}
+		from = end
+	}
+	return body
 }
 
 func (e *RowEncoder) labels(body []byte, ls labels.Labels) []byte {
@@ -124,16 +194,24 @@ func (e *RowEncoder) labels(body []byte, ls labels.Labels) []byte {
 // Append appends the encoding of r to dst and returns the extended slice.
 // It refuses local ids at or above MaxEpochSeries.
 func (e *RowEncoder) Append(dst []byte, r *AnchoredRow) ([]byte, error) {
-	if uint64(r.FirstLocal)+uint64(len(r.Anchors)) > MaxEpochSeries {
-		return dst, fmt.Errorf("%w: local ids up to %d exceed %d", ErrInvalidBatch, uint64(r.FirstLocal)+uint64(len(r.Anchors)), MaxEpochSeries)
+	na := r.numAnchors()
+	if uint64(r.FirstLocal)+uint64(na) > MaxEpochSeries {
+		return dst, fmt.Errorf("%w: local ids up to %d exceed %d", ErrInvalidBatch, uint64(r.FirstLocal)+uint64(na), MaxEpochSeries)
+	}
+	if r.Interned != nil && len(r.Anchors) > 0 {
+		return dst, fmt.Errorf("%w: anchors given both as labels and interned", ErrInvalidBatch)
 	}
 	if e.ids == nil {
-		e.ids = make(map[string]uint32)
+		e.ids, e.syms = make(map[string]uint32), make(map[uint32]uint32)
 	}
 	clear(e.ids)
+	clear(e.syms)
 	e.tab = e.tab[:0]
 	body := e.body[:0]
-	body = binary.AppendUvarint(body, uint64(len(r.Anchors)))
+	body = binary.AppendUvarint(body, uint64(na))
+	if r.Interned != nil {
+		body = e.interned(body, r.Interned)
+	}
 	for _, ls := range r.Anchors {
 		body = e.labels(body, ls)
 	}
@@ -179,7 +257,7 @@ func (e *RowEncoder) Append(dst []byte, r *AnchoredRow) ([]byte, error) {
 		body = e.ref(body, m.Unit)
 	}
 	e.body = body
-	e.raw = binary.AppendUvarint(e.raw[:0], uint64(len(e.ids)))
+	e.raw = binary.AppendUvarint(e.raw[:0], uint64(len(e.ids)+len(e.syms)))
 	e.raw = append(e.raw, e.tab...)
 	e.raw = append(e.raw, e.body...)
 	if len(e.raw) > MaxBatchBytes {

@@ -1,6 +1,7 @@
 package promsample
 
 import (
+	"bytes"
 	"errors"
 	"math"
 	"math/rand/v2"
@@ -22,7 +23,29 @@ type anchorer struct {
 	rows       int
 	closeEvery int
 	ts         int64
+	// syms, when not nil, interns the anchors' strings and the rows carry
+	// them as InternedAnchors, as the receiver writes them.
+	syms *testSymbols
 }
+
+// testSymbols is an interning string table, as the receiver's series
+// index is one.
+type testSymbols struct {
+	ids  map[string]uint32
+	strs []string
+}
+
+func (s *testSymbols) id(str string) uint32 {
+	id, ok := s.ids[str]
+	if !ok {
+		id = uint32(len(s.strs))
+		s.ids[str] = id
+		s.strs = append(s.strs, str)
+	}
+	return id
+}
+
+func (s *testSymbols) symbol(id uint32) string { return s.strs[id] }
 
 func newAnchorer(closeEvery int) *anchorer {
 	return &anchorer{epoch: 1, locals: map[string]uint32{}, closeEvery: closeEvery, ts: 1_700_000_000_000_000_000}
@@ -40,7 +63,16 @@ func (a *anchorer) row(t testing.TB, b Batch) archive.Row {
 		if !ok {
 			id = uint32(len(a.locals))
 			a.locals[k] = id
-			r.Anchors = append(r.Anchors, s.Labels)
+			if a.syms == nil {
+				r.Anchors = append(r.Anchors, s.Labels)
+			} else {
+				if r.Interned == nil {
+					r.Interned = &InternedAnchors{Symbol: a.syms.symbol}
+				}
+				var pairs []uint32
+				s.Labels.Range(func(l labels.Label) { pairs = append(pairs, a.syms.id(l.Name), a.syms.id(l.Value)) })
+				r.Interned.Add(pairs)
+			}
 		}
 		r.Series = append(r.Series, RowSeries{Local: id, Samples: s.Samples, Histograms: s.Histograms, Exemplars: s.Exemplars})
 	}
@@ -114,6 +146,74 @@ func TestAnchoredRowsRoundTrip(t *testing.T) {
 		if diff := diffBatch(got[i], batches[i]); diff != "" {
 			t.Fatalf("row %d: %s", i, diff)
 		}
+	}
+}
+
+// Anchors given interned decode to what the same anchors given as labels
+// do, and seal to the same segment bytes; exemplar labels and metadata
+// that share strings with the anchors still resolve.
+func TestInternedAnchorsEncodeWhatLabelsDo(t *testing.T) {
+	for _, closeEvery := range []int{0, 1, 7} {
+		r := rand.New(rand.NewPCG(21, uint64(closeEvery)))
+		batches := randBatches(r, 60)
+		plain, interned := newAnchorer(closeEvery), newAnchorer(closeEvery)
+		interned.syms = &testSymbols{ids: map[string]uint32{}}
+		rows, irows := plain.rowsOf(t, batches), interned.rowsOf(t, batches)
+		rows, irows = append(rows, plain.close()), append(irows, interned.close())
+		if len(rows) != len(irows) {
+			t.Fatalf("close every %d: %d rows, %d interned", closeEvery, len(rows), len(irows))
+		}
+		var d RowDecoder
+		for i := range rows {
+			var want, got DecodedRow
+			if err := d.Decode(rows[i].Data, &want); err != nil {
+				t.Fatal(err)
+			}
+			if err := d.Decode(irows[i].Data, &got); err != nil {
+				t.Fatalf("close every %d, row %d: %v", closeEvery, i, err)
+			}
+			if len(got.Anchors) != len(want.Anchors) {
+				t.Fatalf("close every %d, row %d: %d anchors, want %d", closeEvery, i, len(got.Anchors), len(want.Anchors))
+			}
+			for k := range want.Anchors {
+				if !labels.Equal(got.Anchors[k], want.Anchors[k]) {
+					t.Fatalf("close every %d, row %d, anchor %d: %s, want %s", closeEvery, i, k, got.Anchors[k], want.Anchors[k])
+				}
+			}
+			if got.Header != want.Header {
+				t.Fatalf("close every %d, row %d: header %+v, want %+v", closeEvery, i, got.Header, want.Header)
+			}
+		}
+		var enc Encoder
+		want, err := enc.Encode("s", rows)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := enc.Encode("s", irows)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got.Bytes, want.Bytes) {
+			t.Fatalf("close every %d: the segment of interned anchors differs", closeEvery)
+		}
+		all := AllTime()
+		back, err := ReadRows(irows, all)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := diffSeries(back, expected(batches, all)); d != "" {
+			t.Fatalf("close every %d: ReadRows: %s", closeEvery, d)
+		}
+	}
+}
+
+func TestAnchorsBothWaysAreRefused(t *testing.T) {
+	var e RowEncoder
+	r := AnchoredRow{Epoch: 1, Anchors: []labels.Labels{labels.FromStrings("__name__", "up")},
+		Interned: &InternedAnchors{Symbol: func(uint32) string { return "up" }}}
+	r.Interned.Add([]uint32{0, 0})
+	if _, err := e.Append(nil, &r); !errors.Is(err, ErrInvalidBatch) {
+		t.Fatalf("Append = %v, want ErrInvalidBatch", err)
 	}
 }
 
