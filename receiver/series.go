@@ -50,11 +50,11 @@ func knownSeries(x *seriesindex.Index, prev seriesindex.Ref, ls []wireLabel, leg
 // wireEqual reports whether r's labels are exactly ls, in order.
 func wireEqual(x *seriesindex.Index, r seriesindex.Ref, ls []wireLabel) bool {
 	p := x.Pairs(r)
-	if len(p) != 2*len(ls) {
+	if p.Len() != len(ls) {
 		return false
 	}
-	for i, l := range ls {
-		if x.Symbol(p[2*i]) != l.name || x.Symbol(p[2*i+1]) != l.value {
+	for _, l := range ls {
+		if n, v := p.Next(); x.Symbol(n) != l.name || x.Symbol(v) != l.value {
 			return false
 		}
 	}

@@ -2,7 +2,6 @@ package seriesindex
 
 import (
 	"math"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -39,7 +38,8 @@ type Index struct {
 	// chunks[(r-1)>>chunkBits][(r-1)&chunkMask]. The slice of chunks is
 	// replaced (under mu) when it grows.
 	chunks atomic.Pointer[[]*[chunkSize]entry]
-	mu     sync.Mutex // allocation of refs and chunks
+	mu     sync.Mutex // allocation of refs, chunks and pair space (arena)
+	arena  arena      // the series' label pairs
 	next   Ref        // refs ever handed out
 	free   []freedRef // removed refs, oldest first, reused after ReuseAfter
 	live   atomic.Int64
@@ -71,12 +71,15 @@ const (
 	chunkMask = chunkSize - 1
 )
 
-// entry is one series. pairs and hash are written before the entry is
-// published (by the shard lock that inserts it) and never change; the rest
-// are atomics updated by ingest and reads.
+// entry is one series: 64 bytes and no pointers, so the chunks are noscan
+// memory (entryHasNoPointers checks it). hash, pairs and n are written
+// before the entry is published (by the shard lock that inserts it) and
+// never change while it is live; the rest are atomics updated by ingest
+// and reads.
 type entry struct {
-	pairs []uint32 // (name, value) symbol ids, in label order
 	hash  uint64
+	pairs uint32 // arena offset of the labels' (name, value) symbol ids
+	n     uint32 // labels
 	loc   atomic.Uint32
 	flags atomic.Uint32
 	// minT, maxT: sample-time span (Unix ms) of the data the archive holds
@@ -109,6 +112,7 @@ const (
 func New() *Index {
 	x := &Index{syms: newSymbols(), locIDs: map[LocInfo]Loc{}, extra: map[Ref][]Loc{}, start: time.Now()}
 	x.chunks.Store(&[]*[chunkSize]entry{})
+	x.arena.init()
 	x.post.init()
 	return x
 }
@@ -156,10 +160,14 @@ func (x *Index) Add(ls labels.Labels) (ref Ref, added bool) {
 		s.mu.Unlock()
 		return r, false
 	}
-	pairs := make([]uint32, 0, 2*ls.Len())
+	// Scratch on the stack for the usual label set.
+	var pbuf [32]uint32
+	var ebuf [96]byte
+	pairs := pbuf[:0]
 	ls.Range(func(l labels.Label) {
 		pairs = append(pairs, x.syms.intern(l.Name), x.syms.intern(l.Value))
 	})
+	enc := appendPairs(ebuf[:0], pairs)
 	// The postings lock is held from allocating the Ref to listing it, so
 	// fresh Refs reach the posting lists in increasing order and are
 	// appended. Allocated outside it, two adds that race list theirs out
@@ -167,9 +175,9 @@ func (x *Index) Add(ls labels.Labels) (ref Ref, added bool) {
 	// every series): at a million series that made indexing quadratic.
 	// Lock order: shard, postings, x.mu.
 	x.post.mu.Lock()
-	ref = x.alloc()
+	ref = x.alloc(enc, len(pairs)/2)
 	e := x.entry(ref)
-	e.pairs, e.hash = pairs, hash
+	e.hash = hash
 	e.loc.Store(0)
 	e.minT.Store(math.MaxInt64)
 	e.maxT.Store(math.MinInt64)
@@ -187,24 +195,36 @@ func (x *Index) Add(ls labels.Labels) (ref Ref, added bool) {
 	return ref, true
 }
 
-// alloc returns a free Ref, growing the chunks when needed.
-func (x *Index) alloc() Ref {
+// alloc returns a free Ref whose entry holds the n labels encoded in enc
+// (its pairs and n set), growing the chunks when needed.
+func (x *Index) alloc(enc []byte, n int) Ref {
 	x.mu.Lock()
 	defer x.mu.Unlock()
+	var r Ref
 	if len(x.free) > 0 && time.Since(x.free[0].at) >= ReuseAfter {
-		r := x.free[0].ref
+		r = x.free[0].ref
 		x.free = x.free[1:]
-		return r
+		// Nothing reads the removed series' pairs any more (ReuseAfter
+		// has passed): its space goes back, for this series if it is as
+		// long. Released before, a reader holding the old Ref could see
+		// another series' labels under it.
+		e := x.entry(r)
+		x.arena.release(e.pairs, skipLen(x.arena.at(e.pairs), int(e.n)))
+	} else {
+		x.next++
+		r = x.next
+		cs := *x.chunks.Load()
+		if int(uint32(r-1)>>chunkBits) == len(cs) {
+			grown := make([]*[chunkSize]entry, len(cs)+1)
+			copy(grown, cs)
+			grown[len(cs)] = new([chunkSize]entry)
+			x.chunks.Store(&grown)
+		}
 	}
-	x.next++
-	r := x.next
-	cs := *x.chunks.Load()
-	if int(uint32(r-1)>>chunkBits) == len(cs) {
-		grown := make([]*[chunkSize]entry, len(cs)+1)
-		copy(grown, cs)
-		grown[len(cs)] = new([chunkSize]entry)
-		x.chunks.Store(&grown)
-	}
+	off, dst := x.arena.alloc(len(enc))
+	copy(dst, enc)
+	e := x.entry(r)
+	e.pairs, e.n = off, uint32(n)
 	return r
 }
 
@@ -244,10 +264,16 @@ func (x *Index) Remove(refs []Ref) {
 	x.live.Add(-int64(len(gone)))
 }
 
-// Pairs returns r's labels as (name, value) symbol ids in label order
-// (read only); Symbol turns an id into its string. Together they let a
+// Pairs returns a reader of r's labels as (name, value) symbol ids in
+// label order; Symbol turns an id into its string. Together they let a
 // caller compare labels without building them.
-func (x *Index) Pairs(r Ref) []uint32 { return x.entry(r).pairs }
+func (x *Index) Pairs(r Ref) Pairs {
+	e := x.entry(r)
+	if e.n == 0 {
+		return Pairs{}
+	}
+	return Pairs{b: x.arena.at(e.pairs), n: int(e.n)}
+}
 
 // Symbol returns the string of a symbol id from Pairs.
 func (x *Index) Symbol(id uint32) string { return x.syms.get(id) }
@@ -264,36 +290,35 @@ func (x *Index) Labels(r Ref) labels.Labels {
 // LabelsWith returns r's labels, built with b.
 func (x *Index) LabelsWith(r Ref, b *labels.ScratchBuilder) labels.Labels {
 	b.Reset()
-	p := x.entry(r).pairs
-	for i := 0; i+1 < len(p); i += 2 {
-		b.Add(x.syms.get(p[i]), x.syms.get(p[i+1]))
+	for p := x.Pairs(r); p.Len() > 0; {
+		n, v := p.Next()
+		b.Add(x.syms.get(n), x.syms.get(v))
 	}
 	return b.Labels()
 }
 
 // Equal reports whether r's labels are ls.
 func (x *Index) Equal(r Ref, ls labels.Labels) bool {
-	p := x.entry(r).pairs
-	if len(p) != 2*ls.Len() {
+	p := x.Pairs(r)
+	if p.Len() != ls.Len() {
 		return false
 	}
-	i := 0
 	eq := true
 	ls.Range(func(l labels.Label) {
-		if eq && (x.syms.get(p[i]) != l.Name || x.syms.get(p[i+1]) != l.Value) {
-			eq = false
+		if !eq {
+			return
 		}
-		i += 2
+		n, v := p.Next()
+		eq = x.syms.get(n) == l.Name && x.syms.get(v) == l.Value
 	})
 	return eq
 }
 
 // Get returns the value of label name of r, or "".
 func (x *Index) Value(r Ref, name string) string {
-	p := x.entry(r).pairs
-	for i := 0; i+1 < len(p); i += 2 {
-		if x.syms.get(p[i]) == name {
-			return x.syms.get(p[i+1])
+	for p := x.Pairs(r); p.Len() > 0; {
+		if n, v := p.Next(); x.syms.get(n) == name {
+			return x.syms.get(v)
 		}
 	}
 	return ""
@@ -508,13 +533,9 @@ func (x *Index) Stats() Stats {
 	ns, sb := int(x.syms.n), x.syms.bytes
 	x.syms.mu.Unlock()
 	cs := *x.chunks.Load()
-	var pairs int64
-	for r := Ref(1); r <= Ref(len(cs)*chunkSize); r++ {
-		e := x.entry(r)
-		if e.flags.Load()&flagLive != 0 {
-			pairs += int64(cap(e.pairs)) * 4
-		}
-	}
+	x.mu.Lock()
+	pairs := x.arena.bytes()
+	x.mu.Unlock()
 	b := int64(len(cs))*chunkSize*int64(entrySize) + pairs + x.table.bytes() + x.post.bytes() + sb + int64(ns)*(16+48)
 	return Stats{Series: x.Len(), Symbols: ns, SymbolBytes: sb, Bytes: b}
 }
@@ -527,7 +548,21 @@ func (x *Index) SymbolID(s string) (uint32, bool) { return x.syms.lookup(s) }
 // FindPairs returns the live series with hash whose labels are pairs
 // (symbol ids, as Pairs returns them), or 0.
 func (x *Index) FindPairs(hash uint64, pairs []uint32) Ref {
-	return x.Find(hash, func(r Ref) bool { return slices.Equal(x.entry(r).pairs, pairs) })
+	return x.Find(hash, func(r Ref) bool { return x.pairsEqual(r, pairs) })
+}
+
+// pairsEqual reports whether r's labels are pairs (symbol ids).
+func (x *Index) pairsEqual(r Ref, pairs []uint32) bool {
+	p := x.Pairs(r)
+	if 2*p.Len() != len(pairs) {
+		return false
+	}
+	for i := 0; i < len(pairs); i += 2 {
+		if n, v := p.Next(); n != pairs[i] || v != pairs[i+1] {
+			return false
+		}
+	}
+	return true
 }
 
 // Collect returns the series whose data lives only at loc, all of it in

@@ -59,9 +59,9 @@ func (p *postings) remove(x *Index, gone []Ref) {
 	touched := map[[2]uint32]struct{}{}
 	for _, r := range gone {
 		set[r] = struct{}{}
-		pairs := x.entry(r).pairs
-		for i := 0; i+1 < len(pairs); i += 2 {
-			touched[[2]uint32{pairs[i], pairs[i+1]}] = struct{}{}
+		for p := x.Pairs(r); p.Len() > 0; {
+			n, v := p.Next()
+			touched[[2]uint32{n, v}] = struct{}{}
 		}
 	}
 	p.mu.Lock()
@@ -330,10 +330,9 @@ func (x *Index) LabelValues(name string, ms []*labels.Matcher, mint, maxt int64)
 	} else {
 		seen := map[uint32]struct{}{}
 		for _, r := range x.Select(ms, mint, maxt) {
-			p := x.entry(r).pairs
-			for i := 0; i+1 < len(p); i += 2 {
-				if p[i] == nameID {
-					seen[p[i+1]] = struct{}{}
+			for p := x.Pairs(r); p.Len() > 0; {
+				if n, v := p.Next(); n == nameID {
+					seen[v] = struct{}{}
 					break
 				}
 			}
@@ -363,9 +362,9 @@ func (x *Index) LabelNames(ms []*labels.Matcher, mint, maxt int64) []string {
 	} else {
 		seen := map[uint32]struct{}{}
 		for _, r := range x.Select(ms, mint, maxt) {
-			p := x.entry(r).pairs
-			for i := 0; i+1 < len(p); i += 2 {
-				seen[p[i]] = struct{}{}
+			for p := x.Pairs(r); p.Len() > 0; {
+				n, _ := p.Next()
+				seen[n] = struct{}{}
 			}
 		}
 		for n := range seen {
