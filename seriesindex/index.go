@@ -142,7 +142,19 @@ func (x *Index) Len() int { return int(x.live.Load()) }
 // or 0. match runs under the hash shard's read lock and must not call
 // methods that add or remove series.
 func (x *Index) Find(hash uint64, match func(Ref) bool) Ref {
-	return x.table.find(hash, func(r Ref) bool { return x.valid(r) && match(r) })
+	return x.table.find(hash, func(r Ref) bool { return x.is(r, hash) && match(r) })
+}
+
+// is reports whether r is live and has hash: the table's slots hold a
+// tag of the hash only, so this confirms a slot (else match would be
+// asked about a series of another hash). It runs under the shard's lock,
+// which ordered r's hash before the slot naming r.
+func (x *Index) is(r Ref, hash uint64) bool {
+	if r == 0 || r > x.maxRef() {
+		return false
+	}
+	e := x.entry(r)
+	return e.hash == hash && e.flags.Load()&flagLive != 0
 }
 
 // Get returns the series with labels ls, or 0.
@@ -156,7 +168,7 @@ func (x *Index) Add(ls labels.Labels) (ref Ref, added bool) {
 	hash := promsample.SeriesHash(ls)
 	s := x.table.shard(hash)
 	s.mu.Lock()
-	if r := s.findLocked(hash, func(r Ref) bool { return x.valid(r) && x.Equal(r, ls) }); r != 0 {
+	if r := s.findLocked(hash, func(r Ref) bool { return x.is(r, hash) && x.Equal(r, ls) }); r != 0 {
 		s.mu.Unlock()
 		return r, false
 	}

@@ -338,3 +338,75 @@ func TestCollectAndReuse(t *testing.T) {
 		t.Fatalf("a removed series' labels changed: %v", got)
 	}
 }
+
+// The table finds every inserted (hash, ref) and no removed one, through
+// growth, tombs and reinsertion, when tags collide (hashes equal in their
+// low 32 bits) and when whole hashes do; a probe's caller confirms the
+// full hash, as Index.Find does.
+func TestHashTableProperty(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	var ht hashTable
+	hashOf := map[Ref]uint64{}
+	next := Ref(1)
+	var live []Ref
+	for op := range 60000 {
+		if len(live) == 0 || r.IntN(3) != 0 {
+			var h uint64
+			switch k := r.IntN(10); {
+			case k == 0 && len(live) > 0: // the same hash as a live series
+				h = hashOf[live[r.IntN(len(live))]]
+			case k == 1 && len(live) > 0: // the same tag, another hash
+				h = hashOf[live[r.IntN(len(live))]] ^ uint64(1+r.IntN(1<<20))<<32
+			default:
+				h = r.Uint64()
+			}
+			ref := next
+			next++
+			s := ht.shard(h)
+			s.mu.Lock()
+			s.insertLocked(h, ref)
+			s.mu.Unlock()
+			hashOf[ref] = h
+			live = append(live, ref)
+		} else {
+			i := r.IntN(len(live))
+			ref := live[i]
+			live[i] = live[len(live)-1]
+			live = live[:len(live)-1]
+			s := ht.shard(hashOf[ref])
+			s.mu.Lock()
+			ok := s.removeLocked(hashOf[ref], ref)
+			s.mu.Unlock()
+			if !ok {
+				t.Fatalf("op %d: remove of %d failed", op, ref)
+			}
+		}
+		if op%1000 != 0 {
+			continue
+		}
+		isLive := map[Ref]bool{}
+		for _, ref := range live {
+			isLive[ref] = true
+			h := hashOf[ref]
+			if got := ht.find(h, func(c Ref) bool { return hashOf[c] == h && c == ref }); got != ref {
+				t.Fatalf("op %d: find(%#x) = %d, want %d", op, h, got, ref)
+			}
+		}
+		for ref, h := range hashOf {
+			if !isLive[ref] && ht.find(h, func(c Ref) bool { return c == ref }) != 0 {
+				t.Fatalf("op %d: removed %d found", op, ref)
+			}
+		}
+		var used int
+		for i := range ht.shards {
+			s := &ht.shards[i]
+			used += s.used
+			if len(s.slots) > 0 && (s.used+s.tombs)*10 > len(s.slots)*7 {
+				t.Fatalf("op %d: shard %d over 70%% full: %d used, %d tombs of %d", op, i, s.used, s.tombs, len(s.slots))
+			}
+		}
+		if used != len(live) {
+			t.Fatalf("op %d: %d slots used, %d live", op, used, len(live))
+		}
+	}
+}
