@@ -142,35 +142,29 @@ func (p *Pairs) Len() int { return p.n }
 // Next returns the next label's symbol ids. It must be called only while
 // Len is positive: past the end it returns (0, 0).
 func (p *Pairs) Next() (name, value uint32) {
-	// Inlined fast path: both ids under 128, as label names and the
-	// commonest values are (they are interned first).
-	if p.n > 0 && len(p.b) >= 2 && p.b[0]|p.b[1] < 0x80 {
-		name, value = uint32(p.b[0]), uint32(p.b[1])
-		p.b = p.b[2:]
-		p.n--
-		return
-	}
-	return p.next()
-}
-
-func (p *Pairs) next() (name, value uint32) {
 	if p.n <= 0 {
 		return 0, 0
 	}
 	p.n--
-	return p.uvarint(), p.uvarint()
+	name, p.b = uvarint(p.b)
+	value, p.b = uvarint(p.b)
+	return name, value
 }
 
-// uvarint decodes one id. The bytes were written by appendPairs for this
-// many labels, so a well-formed value ends before the slice does; a
-// truncated one (impossible unless the arena is corrupt) reads as 0
-// rather than past the chunk.
-func (p *Pairs) uvarint() uint32 {
-	b := p.b
+// uvarint decodes one id from the start of b and returns the rest. The
+// bytes were written by appendPairs for as many labels as are read, so a
+// well-formed value ends before b does; a truncated one (impossible
+// unless the arena is corrupt) reads as 0 rather than past b.
+func uvarint(b []byte) (uint32, []byte) {
+	// Inlined: ids under 128, as label names and the commonest values
+	// are (they are interned first).
 	if len(b) > 0 && b[0] < 0x80 {
-		p.b = b[1:]
-		return uint32(b[0])
+		return uint32(b[0]), b[1:]
 	}
+	return uvarintSlow(b)
+}
+
+func uvarintSlow(b []byte) (uint32, []byte) {
 	var v uint32
 	for i, c := range b {
 		if i == 5 {
@@ -178,12 +172,10 @@ func (p *Pairs) uvarint() uint32 {
 		}
 		v |= uint32(c&0x7f) << (7 * i)
 		if c < 0x80 {
-			p.b = b[i+1:]
-			return v
+			return v, b[i+1:]
 		}
 	}
-	p.b = nil
-	return 0
+	return 0, nil
 }
 
 // skipLen returns the length in bytes of n labels' encoding at the start

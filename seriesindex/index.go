@@ -221,7 +221,7 @@ func (x *Index) alloc(enc []byte, n int) Ref {
 		// long. Released before, a reader holding the old Ref could see
 		// another series' labels under it.
 		e := x.entry(r)
-		x.arena.release(e.pairs, skipLen(x.arena.at(e.pairs), int(e.n)))
+		x.arena.release(e.pairs, skipLen(x.pairBytes(e), int(e.n)))
 	} else {
 		x.next++
 		r = x.next
@@ -281,10 +281,15 @@ func (x *Index) Remove(refs []Ref) {
 // caller compare labels without building them.
 func (x *Index) Pairs(r Ref) Pairs {
 	e := x.entry(r)
+	return Pairs{b: x.pairBytes(e), n: int(e.n)}
+}
+
+// pairBytes returns e's encoded pairs and what follows them in the arena.
+func (x *Index) pairBytes(e *entry) []byte {
 	if e.n == 0 {
-		return Pairs{}
+		return nil // no space: the arena may have no chunk yet
 	}
-	return Pairs{b: x.arena.at(e.pairs), n: int(e.n)}
+	return x.arena.at(e.pairs)
 }
 
 // Symbol returns the string of a symbol id from Pairs.
@@ -311,19 +316,54 @@ func (x *Index) LabelsWith(r Ref, b *labels.ScratchBuilder) labels.Labels {
 
 // Equal reports whether r's labels are ls.
 func (x *Index) Equal(r Ref, ls labels.Labels) bool {
-	p := x.Pairs(r)
-	if p.Len() != ls.Len() {
-		return false
-	}
+	e := x.entry(r)
+	b := x.pairBytes(e)
+	// One load of the symbols for all the labels: it follows the entry's
+	// publication (the caller found r live), so it holds r's ids.
+	syms := x.syms.table()
+	// The count is checked as ls is read, not by ls.Len, which would
+	// read ls twice.
+	left := int(e.n)
 	eq := true
 	ls.Range(func(l labels.Label) {
 		if !eq {
 			return
 		}
-		n, v := p.Next()
-		eq = x.syms.get(n) == l.Name && x.syms.get(v) == l.Value
+		if left == 0 {
+			eq = false
+			return
+		}
+		left--
+		var n, v uint32
+		n, b = uvarint(b)
+		v, b = uvarint(b)
+		eq = syms.get(n) == l.Name && syms.get(v) == l.Value
 	})
-	return eq
+	return eq && left == 0
+}
+
+// Label is a label as a request holds it, for EqualLabels.
+type Label struct{ Name, Value string }
+
+// EqualLabels reports whether r's labels are exactly ls, in order: the
+// decoder's comparison of the labels on the wire with a known series,
+// without building them.
+func (x *Index) EqualLabels(r Ref, ls []Label) bool {
+	e := x.entry(r)
+	if int(e.n) != len(ls) {
+		return false
+	}
+	b := x.pairBytes(e)
+	syms := x.syms.table() // as in Equal
+	for _, l := range ls {
+		var n, v uint32
+		n, b = uvarint(b)
+		v, b = uvarint(b)
+		if syms.get(n) != l.Name || syms.get(v) != l.Value {
+			return false
+		}
+	}
+	return true
 }
 
 // Get returns the value of label name of r, or "".

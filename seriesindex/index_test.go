@@ -410,3 +410,52 @@ func TestHashTableProperty(t *testing.T) {
 		}
 	}
 }
+
+// Equal and EqualLabels accept exactly the series' labels (EqualLabels in
+// their order), whatever the other set's length.
+func TestEqualLabels(t *testing.T) {
+	x := New()
+	ls := seriesN(12345)
+	r, _ := x.Add(ls)
+	var wire []Label
+	ls.Range(func(l labels.Label) { wire = append(wire, Label{l.Name, l.Value}) })
+	swapped := slices.Clone(wire)
+	swapped[1], swapped[2] = swapped[2], swapped[1]
+	changed := slices.Clone(wire)
+	changed[2].Value += "x"
+	cases := []struct {
+		name string
+		ls   []Label
+		want bool
+	}{
+		{"same", wire, true},
+		{"prefix", wire[:5], false},
+		{"longer", append(slices.Clone(wire), Label{"zz", "1"}), false},
+		{"empty", nil, false},
+		{"out of order", swapped, false},
+		{"other value", changed, false},
+	}
+	for _, c := range cases {
+		if got := x.EqualLabels(r, c.ls); got != c.want {
+			t.Errorf("EqualLabels(%s) = %v", c.name, got)
+		}
+		var b labels.Builder
+		for _, l := range c.ls {
+			b.Set(l.Name, l.Value)
+		}
+		// Equal takes sorted sets: out of order is the same set there.
+		want := c.want || c.name == "out of order"
+		if got := x.Equal(r, b.Labels()); got != want {
+			t.Errorf("Equal(%s) = %v", c.name, got)
+		}
+	}
+	y := New() // an empty set first: the arena has no chunk
+	empty, _ := y.Add(labels.EmptyLabels())
+	if !y.EqualLabels(empty, nil) || !y.Equal(empty, labels.EmptyLabels()) || y.Equal(empty, ls) || y.Get(labels.EmptyLabels()) != empty {
+		t.Error("the empty label set in a new index")
+	}
+	empty, _ = x.Add(labels.EmptyLabels())
+	if !x.EqualLabels(empty, nil) || !x.Equal(empty, labels.EmptyLabels()) || x.Equal(empty, ls) {
+		t.Error("the empty label set")
+	}
+}
