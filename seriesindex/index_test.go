@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"sync"
 	"testing"
@@ -457,5 +458,36 @@ func TestEqualLabels(t *testing.T) {
 	empty, _ = x.Add(labels.EmptyLabels())
 	if !x.EqualLabels(empty, nil) || !x.Equal(empty, labels.EmptyLabels()) || x.Equal(empty, ls) {
 		t.Error("the empty label set")
+	}
+}
+
+// Stats().Bytes estimates the heap the index holds within a fifth, for
+// a new index and a grown one.
+func TestStatsBytes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("heap measurement")
+	}
+	for _, n := range []int{20_000, 300_000} {
+		sets := make([]labels.Labels, n)
+		for i := range sets {
+			sets[i] = seriesN(i)
+		}
+		var m0, m1 runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&m0)
+		x := New()
+		for _, ls := range sets {
+			x.Add(ls)
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&m1)
+		heap := float64(m1.HeapAlloc - m0.HeapAlloc)
+		est := float64(x.Stats().Bytes)
+		t.Logf("%d series: Stats %.0f B/series, heap %.0f", n, est/float64(n), heap/float64(n))
+		if est < heap*0.8 || est > heap*1.2 {
+			t.Errorf("%d series: Stats().Bytes %.0f, heap %.0f", n, est, heap)
+		}
+		runtime.KeepAlive(x)
+		runtime.KeepAlive(sets)
 	}
 }
