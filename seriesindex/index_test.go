@@ -467,7 +467,7 @@ func TestStatsBytes(t *testing.T) {
 	if testing.Short() {
 		t.Skip("heap measurement")
 	}
-	for _, n := range []int{20_000, 300_000} {
+	for _, n := range []int{20_000, 150_000} {
 		sets := make([]labels.Labels, n)
 		for i := range sets {
 			sets[i] = seriesN(i)

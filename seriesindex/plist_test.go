@@ -132,9 +132,9 @@ func TestBigListModel(t *testing.T) {
 // keys) answer what a scan answers, through removals and reused Refs.
 func TestPostingsLongLists(t *testing.T) {
 	if testing.Short() {
-		t.Skip("200k series")
+		t.Skip("140k series")
 	}
-	const n = 200_000
+	const n = 140_000
 	x := New()
 	all := map[Ref]labels.Labels{}
 	loc := x.Loc(1, "s")
@@ -157,7 +157,7 @@ func TestPostingsLongLists(t *testing.T) {
 	}
 	check := func(stage string) {
 		qs := slices.Clone(queries)
-		for range 25 {
+		for range 8 {
 			qs = append(qs, []*labels.Matcher{randMatcher(rnd), randMatcher(rnd)})
 		}
 		for _, ms := range qs {
@@ -175,7 +175,7 @@ func TestPostingsLongLists(t *testing.T) {
 	// and a scatter.
 	var gone []Ref
 	for r := range all {
-		if (r > 70_000 && r < 140_000) || rnd.IntN(5) == 0 {
+		if (r > 40_000 && r < 100_000) || rnd.IntN(5) == 0 {
 			gone = append(gone, r)
 		}
 	}
