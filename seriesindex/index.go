@@ -72,7 +72,7 @@ const (
 )
 
 // entry is one series: 64 bytes and no pointers, so the chunks are noscan
-// memory (entryHasNoPointers checks it). hash, pairs and n are written
+// memory (TestEntryHasNoPointers checks it). hash, pairs and n are written
 // before the entry is published (by the shard lock that inserts it) and
 // never change while it is live; the rest are atomics updated by ingest
 // and reads.

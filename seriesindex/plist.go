@@ -37,7 +37,7 @@ type container struct {
 	key  uint32        // Ref >> 16
 	n    uint32        // Refs held
 	arr  []uint16      // the low bits, sorted; nil when bits holds them
-	bits *[1024]uint64 // the low bits as a bitmap, once n > arrayMax
+	bits *[1024]uint64 // the low bits as a bitmap, from n > arrayMax down to arrayMax/2
 }
 
 type bigList struct {
