@@ -593,7 +593,12 @@ func (in *Ingester) appendRows(sc *rowScratch, ep *epochState, rows []archive.Ro
 		r.FirstLocal, r.Interned = first, &sc.interned
 		for k, ref := range fresh {
 			sc.local[ref] = first + uint32(k)
-			sc.interned.Add(in.x.Pairs(ref))
+			p, a := in.x.Pairs(ref), &sc.interned
+			for range p.Len() {
+				n, v := p.Next()
+				a.Pairs = append(a.Pairs, n, v)
+			}
+			a.Ends = append(a.Ends, uint32(len(a.Pairs)))
 			sc.anchored = append(sc.anchored, anchorRec{ref: ref, stamp: uint64(ep.stamp)<<32 | uint64(first+uint32(k))})
 		}
 	} else {

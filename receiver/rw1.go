@@ -247,7 +247,7 @@ func (v *v1Decoder) known(key []byte) seriesindex.Ref {
 		if err != nil {
 			return 0
 		}
-		v.wire = append(v.wire, wireLabel{name, value})
+		v.wire = append(v.wire, wireLabel{Name: name, Value: value})
 	}
 	return knownSeries(v.x, v.prev, v.wire, v.scheme == model.LegacyValidation, &v.hasher)
 }

@@ -130,14 +130,14 @@ func (v *v2Decoder) series(idx int, ts *writev2.TimeSeries, syms []string, prev 
 		if !ok1 || !ok2 {
 			return s, invalid(idx, "labels_refs [%d, %d] outside the symbol table (%d symbols)", refs[j], refs[j+1], len(syms))
 		}
-		v.wire = append(v.wire, wireLabel{name, value})
+		v.wire = append(v.wire, wireLabel{Name: name, Value: value})
 	}
 	// A known series' labels were validated when the index took them
 	// (under 2.0's rules or stricter ones).
 	if s.Ref = knownSeries(v.x, prev, v.wire, false, &v.hasher); s.Ref == 0 {
 		v.sl.reset(model.UTF8Validation)
 		for _, l := range v.wire {
-			if r := v.sl.add(l.name, l.value); r != "" {
+			if r := v.sl.add(l.Name, l.Value); r != "" {
 				return s, invalid(idx, "%s", r)
 			}
 		}

@@ -18,7 +18,7 @@ type Series struct {
 
 // wireLabel is one label as it appears in a request, its strings aliasing
 // the message.
-type wireLabel struct{ name, value string }
+type wireLabel = seriesindex.Label
 
 // knownSeries finds the series whose labels are exactly ls (in wire
 // order): the one predicted after prev if it matches, else by hash. It
@@ -38,7 +38,7 @@ func knownSeries(x *seriesindex.Index, prev seriesindex.Ref, ls []wireLabel, leg
 	}
 	h.Reset()
 	for _, l := range ls {
-		h.Add(l.name, l.value)
+		h.Add(l.Name, l.Value)
 	}
 	r := x.Find(h.Sum(), func(r seriesindex.Ref) bool { return wireEqual(x, r, ls) })
 	if r == 0 || !x.Validated(r, legacy) {
@@ -49,14 +49,5 @@ func knownSeries(x *seriesindex.Index, prev seriesindex.Ref, ls []wireLabel, leg
 
 // wireEqual reports whether r's labels are exactly ls, in order.
 func wireEqual(x *seriesindex.Index, r seriesindex.Ref, ls []wireLabel) bool {
-	p := x.Pairs(r)
-	if len(p) != 2*len(ls) {
-		return false
-	}
-	for i, l := range ls {
-		if x.Symbol(p[2*i]) != l.name || x.Symbol(p[2*i+1]) != l.value {
-			return false
-		}
-	}
-	return true
+	return x.EqualLabels(r, ls)
 }

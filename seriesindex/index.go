@@ -2,7 +2,6 @@ package seriesindex
 
 import (
 	"math"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -39,7 +38,8 @@ type Index struct {
 	// chunks[(r-1)>>chunkBits][(r-1)&chunkMask]. The slice of chunks is
 	// replaced (under mu) when it grows.
 	chunks atomic.Pointer[[]*[chunkSize]entry]
-	mu     sync.Mutex // allocation of refs and chunks
+	mu     sync.Mutex // allocation of refs, chunks and pair space (arena)
+	arena  arena      // the series' label pairs
 	next   Ref        // refs ever handed out
 	free   []freedRef // removed refs, oldest first, reused after ReuseAfter
 	live   atomic.Int64
@@ -71,12 +71,15 @@ const (
 	chunkMask = chunkSize - 1
 )
 
-// entry is one series. pairs and hash are written before the entry is
-// published (by the shard lock that inserts it) and never change; the rest
-// are atomics updated by ingest and reads.
+// entry is one series: 64 bytes and no pointers, so the chunks are noscan
+// memory (TestEntryHasNoPointers checks it). hash, pairs and n are written
+// before the entry is published (by the shard lock that inserts it) and
+// never change while it is live; the rest are atomics updated by ingest
+// and reads.
 type entry struct {
-	pairs []uint32 // (name, value) symbol ids, in label order
 	hash  uint64
+	pairs uint32 // arena offset of the labels' (name, value) symbol ids
+	n     uint32 // labels
 	loc   atomic.Uint32
 	flags atomic.Uint32
 	// minT, maxT: sample-time span (Unix ms) of the data the archive holds
@@ -109,6 +112,7 @@ const (
 func New() *Index {
 	x := &Index{syms: newSymbols(), locIDs: map[LocInfo]Loc{}, extra: map[Ref][]Loc{}, start: time.Now()}
 	x.chunks.Store(&[]*[chunkSize]entry{})
+	x.arena.init()
 	x.post.init()
 	return x
 }
@@ -138,7 +142,19 @@ func (x *Index) Len() int { return int(x.live.Load()) }
 // or 0. match runs under the hash shard's read lock and must not call
 // methods that add or remove series.
 func (x *Index) Find(hash uint64, match func(Ref) bool) Ref {
-	return x.table.find(hash, func(r Ref) bool { return x.valid(r) && match(r) })
+	return x.table.find(hash, func(r Ref) bool { return x.is(r, hash) && match(r) })
+}
+
+// is reports whether r is live and has hash: the table's slots hold a
+// tag of the hash only, so this confirms a slot (else match would be
+// asked about a series of another hash). It runs under the shard's lock,
+// which ordered r's hash before the slot naming r.
+func (x *Index) is(r Ref, hash uint64) bool {
+	if r == 0 || r > x.maxRef() {
+		return false
+	}
+	e := x.entry(r)
+	return e.hash == hash && e.flags.Load()&flagLive != 0
 }
 
 // Get returns the series with labels ls, or 0.
@@ -152,14 +168,18 @@ func (x *Index) Add(ls labels.Labels) (ref Ref, added bool) {
 	hash := promsample.SeriesHash(ls)
 	s := x.table.shard(hash)
 	s.mu.Lock()
-	if r := s.findLocked(hash, func(r Ref) bool { return x.valid(r) && x.Equal(r, ls) }); r != 0 {
+	if r := s.findLocked(hash, func(r Ref) bool { return x.is(r, hash) && x.Equal(r, ls) }); r != 0 {
 		s.mu.Unlock()
 		return r, false
 	}
-	pairs := make([]uint32, 0, 2*ls.Len())
+	// Scratch on the stack for the usual label set.
+	var pbuf [32]uint32
+	var ebuf [96]byte
+	pairs := pbuf[:0]
 	ls.Range(func(l labels.Label) {
 		pairs = append(pairs, x.syms.intern(l.Name), x.syms.intern(l.Value))
 	})
+	enc := appendPairs(ebuf[:0], pairs)
 	// The postings lock is held from allocating the Ref to listing it, so
 	// fresh Refs reach the posting lists in increasing order and are
 	// appended. Allocated outside it, two adds that race list theirs out
@@ -167,9 +187,9 @@ func (x *Index) Add(ls labels.Labels) (ref Ref, added bool) {
 	// every series): at a million series that made indexing quadratic.
 	// Lock order: shard, postings, x.mu.
 	x.post.mu.Lock()
-	ref = x.alloc()
+	ref = x.alloc(enc, len(pairs)/2)
 	e := x.entry(ref)
-	e.pairs, e.hash = pairs, hash
+	e.hash = hash
 	e.loc.Store(0)
 	e.minT.Store(math.MaxInt64)
 	e.maxT.Store(math.MinInt64)
@@ -187,24 +207,36 @@ func (x *Index) Add(ls labels.Labels) (ref Ref, added bool) {
 	return ref, true
 }
 
-// alloc returns a free Ref, growing the chunks when needed.
-func (x *Index) alloc() Ref {
+// alloc returns a free Ref whose entry holds the n labels encoded in enc
+// (its pairs and n set), growing the chunks when needed.
+func (x *Index) alloc(enc []byte, n int) Ref {
 	x.mu.Lock()
 	defer x.mu.Unlock()
+	var r Ref
 	if len(x.free) > 0 && time.Since(x.free[0].at) >= ReuseAfter {
-		r := x.free[0].ref
+		r = x.free[0].ref
 		x.free = x.free[1:]
-		return r
+		// Nothing reads the removed series' pairs any more (ReuseAfter
+		// has passed): its space goes back, for this series if it is as
+		// long. Released before, a reader holding the old Ref could see
+		// another series' labels under it.
+		e := x.entry(r)
+		x.arena.release(e.pairs, skipLen(x.pairBytes(e), int(e.n)))
+	} else {
+		x.next++
+		r = x.next
+		cs := *x.chunks.Load()
+		if int(uint32(r-1)>>chunkBits) == len(cs) {
+			grown := make([]*[chunkSize]entry, len(cs)+1)
+			copy(grown, cs)
+			grown[len(cs)] = new([chunkSize]entry)
+			x.chunks.Store(&grown)
+		}
 	}
-	x.next++
-	r := x.next
-	cs := *x.chunks.Load()
-	if int(uint32(r-1)>>chunkBits) == len(cs) {
-		grown := make([]*[chunkSize]entry, len(cs)+1)
-		copy(grown, cs)
-		grown[len(cs)] = new([chunkSize]entry)
-		x.chunks.Store(&grown)
-	}
+	off, dst := x.arena.alloc(len(enc))
+	copy(dst, enc)
+	e := x.entry(r)
+	e.pairs, e.n = off, uint32(n)
 	return r
 }
 
@@ -244,10 +276,21 @@ func (x *Index) Remove(refs []Ref) {
 	x.live.Add(-int64(len(gone)))
 }
 
-// Pairs returns r's labels as (name, value) symbol ids in label order
-// (read only); Symbol turns an id into its string. Together they let a
+// Pairs returns a reader of r's labels as (name, value) symbol ids in
+// label order; Symbol turns an id into its string. Together they let a
 // caller compare labels without building them.
-func (x *Index) Pairs(r Ref) []uint32 { return x.entry(r).pairs }
+func (x *Index) Pairs(r Ref) Pairs {
+	e := x.entry(r)
+	return Pairs{b: x.pairBytes(e), n: int(e.n)}
+}
+
+// pairBytes returns e's encoded pairs and what follows them in the arena.
+func (x *Index) pairBytes(e *entry) []byte {
+	if e.n == 0 {
+		return nil // no space: the arena may have no chunk yet
+	}
+	return x.arena.at(e.pairs)
+}
 
 // Symbol returns the string of a symbol id from Pairs.
 func (x *Index) Symbol(id uint32) string { return x.syms.get(id) }
@@ -264,36 +307,70 @@ func (x *Index) Labels(r Ref) labels.Labels {
 // LabelsWith returns r's labels, built with b.
 func (x *Index) LabelsWith(r Ref, b *labels.ScratchBuilder) labels.Labels {
 	b.Reset()
-	p := x.entry(r).pairs
-	for i := 0; i+1 < len(p); i += 2 {
-		b.Add(x.syms.get(p[i]), x.syms.get(p[i+1]))
+	for p := x.Pairs(r); p.Len() > 0; {
+		n, v := p.Next()
+		b.Add(x.syms.get(n), x.syms.get(v))
 	}
 	return b.Labels()
 }
 
 // Equal reports whether r's labels are ls.
 func (x *Index) Equal(r Ref, ls labels.Labels) bool {
-	p := x.entry(r).pairs
-	if len(p) != 2*ls.Len() {
-		return false
-	}
-	i := 0
+	e := x.entry(r)
+	b := x.pairBytes(e)
+	// One load of the symbols for all the labels: it follows the entry's
+	// publication (the caller found r live), so it holds r's ids.
+	syms := x.syms.table()
+	// The count is checked as ls is read, not by ls.Len, which would
+	// read ls twice.
+	left := int(e.n)
 	eq := true
 	ls.Range(func(l labels.Label) {
-		if eq && (x.syms.get(p[i]) != l.Name || x.syms.get(p[i+1]) != l.Value) {
-			eq = false
+		if !eq {
+			return
 		}
-		i += 2
+		if left == 0 {
+			eq = false
+			return
+		}
+		left--
+		var n, v uint32
+		n, b = uvarint(b)
+		v, b = uvarint(b)
+		eq = syms.get(n) == l.Name && syms.get(v) == l.Value
 	})
-	return eq
+	return eq && left == 0
+}
+
+// Label is a label as a request holds it, for EqualLabels.
+type Label struct{ Name, Value string }
+
+// EqualLabels reports whether r's labels are exactly ls, in order: the
+// decoder's comparison of the labels on the wire with a known series,
+// without building them.
+func (x *Index) EqualLabels(r Ref, ls []Label) bool {
+	e := x.entry(r)
+	if int(e.n) != len(ls) {
+		return false
+	}
+	b := x.pairBytes(e)
+	syms := x.syms.table() // as in Equal
+	for _, l := range ls {
+		var n, v uint32
+		n, b = uvarint(b)
+		v, b = uvarint(b)
+		if syms.get(n) != l.Name || syms.get(v) != l.Value {
+			return false
+		}
+	}
+	return true
 }
 
 // Get returns the value of label name of r, or "".
 func (x *Index) Value(r Ref, name string) string {
-	p := x.entry(r).pairs
-	for i := 0; i+1 < len(p); i += 2 {
-		if x.syms.get(p[i]) == name {
-			return x.syms.get(p[i+1])
+	for p := x.Pairs(r); p.Len() > 0; {
+		if n, v := p.Next(); x.syms.get(n) == name {
+			return x.syms.get(v)
 		}
 	}
 	return ""
@@ -508,13 +585,9 @@ func (x *Index) Stats() Stats {
 	ns, sb := int(x.syms.n), x.syms.bytes
 	x.syms.mu.Unlock()
 	cs := *x.chunks.Load()
-	var pairs int64
-	for r := Ref(1); r <= Ref(len(cs)*chunkSize); r++ {
-		e := x.entry(r)
-		if e.flags.Load()&flagLive != 0 {
-			pairs += int64(cap(e.pairs)) * 4
-		}
-	}
+	x.mu.Lock()
+	pairs := x.arena.bytes()
+	x.mu.Unlock()
 	b := int64(len(cs))*chunkSize*int64(entrySize) + pairs + x.table.bytes() + x.post.bytes() + sb + int64(ns)*(16+48)
 	return Stats{Series: x.Len(), Symbols: ns, SymbolBytes: sb, Bytes: b}
 }
@@ -527,7 +600,21 @@ func (x *Index) SymbolID(s string) (uint32, bool) { return x.syms.lookup(s) }
 // FindPairs returns the live series with hash whose labels are pairs
 // (symbol ids, as Pairs returns them), or 0.
 func (x *Index) FindPairs(hash uint64, pairs []uint32) Ref {
-	return x.Find(hash, func(r Ref) bool { return slices.Equal(x.entry(r).pairs, pairs) })
+	return x.Find(hash, func(r Ref) bool { return x.pairsEqual(r, pairs) })
+}
+
+// pairsEqual reports whether r's labels are pairs (symbol ids).
+func (x *Index) pairsEqual(r Ref, pairs []uint32) bool {
+	p := x.Pairs(r)
+	if 2*p.Len() != len(pairs) {
+		return false
+	}
+	for i := 0; i < len(pairs); i += 2 {
+		if n, v := p.Next(); n != pairs[i] || v != pairs[i+1] {
+			return false
+		}
+	}
+	return true
 }
 
 // Collect returns the series whose data lives only at loc, all of it in

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"sync"
 	"testing"
@@ -336,5 +337,157 @@ func TestCollectAndReuse(t *testing.T) {
 	}
 	if got := x.Labels(old); !labels.Equal(got, seriesN(1)) {
 		t.Fatalf("a removed series' labels changed: %v", got)
+	}
+}
+
+// The table finds every inserted (hash, ref) and no removed one, through
+// growth, tombs and reinsertion, when tags collide (hashes equal in their
+// low 32 bits) and when whole hashes do; a probe's caller confirms the
+// full hash, as Index.Find does.
+func TestHashTableProperty(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	var ht hashTable
+	hashOf := map[Ref]uint64{}
+	next := Ref(1)
+	var live []Ref
+	for op := range 60000 {
+		if len(live) == 0 || r.IntN(3) != 0 {
+			var h uint64
+			switch k := r.IntN(10); {
+			case k == 0 && len(live) > 0: // the same hash as a live series
+				h = hashOf[live[r.IntN(len(live))]]
+			case k == 1 && len(live) > 0: // the same tag, another hash
+				h = hashOf[live[r.IntN(len(live))]] ^ uint64(1+r.IntN(1<<20))<<32
+			default:
+				h = r.Uint64()
+			}
+			ref := next
+			next++
+			s := ht.shard(h)
+			s.mu.Lock()
+			s.insertLocked(h, ref)
+			s.mu.Unlock()
+			hashOf[ref] = h
+			live = append(live, ref)
+		} else {
+			i := r.IntN(len(live))
+			ref := live[i]
+			live[i] = live[len(live)-1]
+			live = live[:len(live)-1]
+			s := ht.shard(hashOf[ref])
+			s.mu.Lock()
+			ok := s.removeLocked(hashOf[ref], ref)
+			s.mu.Unlock()
+			if !ok {
+				t.Fatalf("op %d: remove of %d failed", op, ref)
+			}
+		}
+		if op%1000 != 0 {
+			continue
+		}
+		isLive := map[Ref]bool{}
+		for _, ref := range live {
+			isLive[ref] = true
+			h := hashOf[ref]
+			if got := ht.find(h, func(c Ref) bool { return hashOf[c] == h && c == ref }); got != ref {
+				t.Fatalf("op %d: find(%#x) = %d, want %d", op, h, got, ref)
+			}
+		}
+		for ref, h := range hashOf {
+			if !isLive[ref] && ht.find(h, func(c Ref) bool { return c == ref }) != 0 {
+				t.Fatalf("op %d: removed %d found", op, ref)
+			}
+		}
+		var used int
+		for i := range ht.shards {
+			s := &ht.shards[i]
+			used += s.used
+			if len(s.slots) > 0 && (s.used+s.tombs)*10 > len(s.slots)*7 {
+				t.Fatalf("op %d: shard %d over 70%% full: %d used, %d tombs of %d", op, i, s.used, s.tombs, len(s.slots))
+			}
+		}
+		if used != len(live) {
+			t.Fatalf("op %d: %d slots used, %d live", op, used, len(live))
+		}
+	}
+}
+
+// Equal and EqualLabels accept exactly the series' labels (EqualLabels in
+// their order), whatever the other set's length.
+func TestEqualLabels(t *testing.T) {
+	x := New()
+	ls := seriesN(12345)
+	r, _ := x.Add(ls)
+	var wire []Label
+	ls.Range(func(l labels.Label) { wire = append(wire, Label{l.Name, l.Value}) })
+	swapped := slices.Clone(wire)
+	swapped[1], swapped[2] = swapped[2], swapped[1]
+	changed := slices.Clone(wire)
+	changed[2].Value += "x"
+	cases := []struct {
+		name string
+		ls   []Label
+		want bool
+	}{
+		{"same", wire, true},
+		{"prefix", wire[:5], false},
+		{"longer", append(slices.Clone(wire), Label{"zz", "1"}), false},
+		{"empty", nil, false},
+		{"out of order", swapped, false},
+		{"other value", changed, false},
+	}
+	for _, c := range cases {
+		if got := x.EqualLabels(r, c.ls); got != c.want {
+			t.Errorf("EqualLabels(%s) = %v", c.name, got)
+		}
+		var b labels.Builder
+		for _, l := range c.ls {
+			b.Set(l.Name, l.Value)
+		}
+		// Equal takes sorted sets: out of order is the same set there.
+		want := c.want || c.name == "out of order"
+		if got := x.Equal(r, b.Labels()); got != want {
+			t.Errorf("Equal(%s) = %v", c.name, got)
+		}
+	}
+	y := New() // an empty set first: the arena has no chunk
+	empty, _ := y.Add(labels.EmptyLabels())
+	if !y.EqualLabels(empty, nil) || !y.Equal(empty, labels.EmptyLabels()) || y.Equal(empty, ls) || y.Get(labels.EmptyLabels()) != empty {
+		t.Error("the empty label set in a new index")
+	}
+	empty, _ = x.Add(labels.EmptyLabels())
+	if !x.EqualLabels(empty, nil) || !x.Equal(empty, labels.EmptyLabels()) || x.Equal(empty, ls) {
+		t.Error("the empty label set")
+	}
+}
+
+// Stats().Bytes estimates the heap the index holds within a fifth, for
+// a new index and a grown one.
+func TestStatsBytes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("heap measurement")
+	}
+	for _, n := range []int{20_000, 150_000} {
+		sets := make([]labels.Labels, n)
+		for i := range sets {
+			sets[i] = seriesN(i)
+		}
+		var m0, m1 runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&m0)
+		x := New()
+		for _, ls := range sets {
+			x.Add(ls)
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&m1)
+		heap := float64(m1.HeapAlloc - m0.HeapAlloc)
+		est := float64(x.Stats().Bytes)
+		t.Logf("%d series: Stats %.0f B/series, heap %.0f", n, est/float64(n), heap/float64(n))
+		if est < heap*0.8 || est > heap*1.2 {
+			t.Errorf("%d series: Stats().Bytes %.0f, heap %.0f", n, est, heap)
+		}
+		runtime.KeepAlive(x)
+		runtime.KeepAlive(sets)
 	}
 }

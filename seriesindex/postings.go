@@ -18,14 +18,38 @@ import (
 type postings struct {
 	mu    sync.RWMutex
 	names map[uint32]*nameIndex
-	refs  int64 // list entries, for bytes
 }
 
+// nameIndex holds one label name's posting lists, a value's in one of
+// the two maps.
 type nameIndex struct {
-	values map[uint32][]Ref
+	values map[uint32][]Ref    // short lists
+	big    map[uint32]*bigList // long ones; nil until one is
 }
 
 func (p *postings) init() { p.names = map[uint32]*nameIndex{} }
+
+// get returns the list of value v (empty if none).
+func (ni *nameIndex) get(v uint32) plist {
+	if b := ni.big[v]; b != nil {
+		return plist{big: b}
+	}
+	return plist{refs: ni.values[v]}
+}
+
+// all yields every value and its list.
+func (ni *nameIndex) all(yield func(v uint32, l plist) bool) {
+	for v, refs := range ni.values {
+		if !yield(v, plist{refs: refs}) {
+			return
+		}
+	}
+	for v, b := range ni.big {
+		if !yield(v, plist{big: b}) {
+			return
+		}
+	}
+}
 
 // addLocked lists r under each of its pairs; p.mu is held.
 func (p *postings) addLocked(r Ref, pairs []uint32) {
@@ -35,69 +59,106 @@ func (p *postings) addLocked(r Ref, pairs []uint32) {
 			ni = &nameIndex{values: map[uint32][]Ref{}}
 			p.names[pairs[i]] = ni
 		}
-		list := ni.values[pairs[i+1]]
+		v := pairs[i+1]
+		if b := ni.big[v]; b != nil {
+			b.add(r)
+			continue
+		}
+		list := ni.values[v]
 		if n := len(list); n == 0 || list[n-1] < r {
 			// The common case: a new series has the largest Ref so far.
-			// Readers hold slices of the old length: appending writes
-			// only beyond them.
-			ni.values[pairs[i+1]] = append(list, r)
+			list = append(list, r)
 		} else {
-			// A reused Ref: insert into a copy, readers keep the old one.
+			// A reused Ref: insert it.
 			k, _ := slices.BinarySearch(list, r)
-			// Headroom, so the appends that follow do not copy it again.
-			grown := make([]Ref, 0, len(list)+1+len(list)/8)
-			grown = append(append(append(grown, list[:k]...), r), list[k:]...)
-			ni.values[pairs[i+1]] = grown
+			list = slices.Insert(list, k, r)
 		}
-		p.refs++
+		// Considered again at each doubling: counting its keys is
+		// linear, so amortized constant.
+		if n := len(list); n >= bigAt && n&(n-1) == 0 && dense(list) {
+			if ni.big == nil {
+				ni.big = map[uint32]*bigList{}
+			}
+			ni.big[v] = newBig(list)
+			delete(ni.values, v)
+			continue
+		}
+		ni.values[v] = list
 	}
 }
 
 // remove drops gone (whose entries still hold their pairs) from every list.
 func (p *postings) remove(x *Index, gone []Ref) {
-	set := make(map[Ref]struct{}, len(gone))
-	touched := map[[2]uint32]struct{}{}
+	// The Refs to drop from each list: a list is filtered once, a long
+	// one only where its Refs are.
+	touched := map[[2]uint32][]Ref{}
 	for _, r := range gone {
-		set[r] = struct{}{}
-		pairs := x.entry(r).pairs
-		for i := 0; i+1 < len(pairs); i += 2 {
-			touched[[2]uint32{pairs[i], pairs[i+1]}] = struct{}{}
+		for pr := x.Pairs(r); pr.Len() > 0; {
+			n, v := pr.Next()
+			touched[[2]uint32{n, v}] = append(touched[[2]uint32{n, v}], r)
 		}
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for nv := range touched {
+	for nv, refs := range touched {
 		ni := p.names[nv[0]]
 		if ni == nil {
 			continue
 		}
-		list := ni.values[nv[1]]
-		kept := make([]Ref, 0, len(list))
-		for _, r := range list {
-			if _, ok := set[r]; !ok {
-				kept = append(kept, r)
+		if b := ni.big[nv[1]]; b != nil {
+			for _, r := range refs {
+				b.remove(r)
+			}
+			if b.n == 0 {
+				delete(ni.big, nv[1])
+			}
+		} else if list := ni.values[nv[1]]; len(list) > 0 {
+			slices.Sort(refs)
+			kept := make([]Ref, 0, len(list))
+			j := 0
+			for _, r := range list {
+				for j < len(refs) && refs[j] < r {
+					j++
+				}
+				if j == len(refs) || refs[j] != r {
+					kept = append(kept, r)
+				}
+			}
+			if len(kept) == 0 {
+				delete(ni.values, nv[1])
+			} else {
+				ni.values[nv[1]] = kept
 			}
 		}
-		p.refs -= int64(len(list) - len(kept))
-		if len(kept) == 0 {
-			delete(ni.values, nv[1])
-			if len(ni.values) == 0 {
-				delete(p.names, nv[0])
-			}
-			continue
+		if len(ni.values) == 0 && len(ni.big) == 0 {
+			delete(p.names, nv[0])
 		}
-		ni.values[nv[1]] = kept
 	}
 }
 
 func (p *postings) bytes() int64 {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
-	n := p.refs * int64(unsafe.Sizeof(Ref(0)))
+	var n int64
 	for _, ni := range p.names {
-		n += 48 + int64(len(ni.values))*48 // map entries and slice headers, roughly
+		// Map entries, slice headers and pointers, roughly.
+		n += 48 + int64(len(ni.values))*40 + int64(len(ni.big))*16
+		for _, refs := range ni.values {
+			n += int64(cap(refs)) * int64(unsafe.Sizeof(Ref(0)))
+		}
+		for _, b := range ni.big {
+			n += b.bytes()
+		}
 	}
 	return n
+}
+
+// refSet is what a series must be in to satisfy one matcher: a posting
+// list, or the union of several as a bitmap; n is its size.
+type refSet struct {
+	n    int
+	list plist
+	bm   bitmap
 }
 
 // Postings returns the live series whose labels satisfy every matcher,
@@ -106,8 +167,8 @@ func (p *postings) bytes() int64 {
 func (x *Index) Postings(ms []*labels.Matcher) []Ref {
 	x.post.mu.RLock()
 	defer x.post.mu.RUnlock()
-	var pos [][]Ref // each a set the series must be in
-	var neg [][]Ref // lists it must not be in
+	var pos []refSet // each a set the series must be in
+	var neg []plist  // lists it must not be in
 	for _, m := range ms {
 		name, ok := x.syms.lookup(m.Name)
 		var ni *nameIndex
@@ -120,9 +181,9 @@ func (x *Index) Postings(ms []*labels.Matcher) []Ref {
 			if ni == nil {
 				continue
 			}
-			for v, list := range ni.values {
+			for v, l := range ni.all {
 				if !m.Matches(x.syms.get(v)) {
-					neg = append(neg, list)
+					neg = append(neg, l)
 				}
 			}
 			continue
@@ -130,20 +191,20 @@ func (x *Index) Postings(ms []*labels.Matcher) []Ref {
 		if ni == nil {
 			return nil
 		}
-		var lists [][]Ref
+		var lists []plist
 		switch set := matcherSet(m); {
 		case set != nil:
 			for _, s := range set {
 				if id, ok := x.syms.lookup(s); ok {
-					if list := ni.values[id]; len(list) > 0 {
-						lists = append(lists, list)
+					if l := ni.get(id); l.len() > 0 {
+						lists = append(lists, l)
 					}
 				}
 			}
 		default:
-			for v, list := range ni.values {
+			for v, l := range ni.all {
 				if m.Matches(x.syms.get(v)) {
-					lists = append(lists, list)
+					lists = append(lists, l)
 				}
 			}
 		}
@@ -156,10 +217,20 @@ func (x *Index) Postings(ms []*labels.Matcher) []Ref {
 	if len(pos) == 0 {
 		out = x.all()
 	} else {
-		slices.SortFunc(pos, func(a, b []Ref) int { return len(a) - len(b) })
-		out = slices.Clone(pos[0])
-		for _, p := range pos[1:] {
-			out = intersect(out[:0], out, p)
+		slices.SortFunc(pos, func(a, b refSet) int { return a.n - b.n })
+		// The smallest set, copied (lists are the index's own), filtered
+		// by the others.
+		if s := pos[0]; s.bm != nil {
+			out = s.bm.appendTo(make([]Ref, 0, s.n))
+		} else {
+			out = s.list.appendTo(make([]Ref, 0, s.n))
+		}
+		for _, s := range pos[1:] {
+			if s.bm != nil {
+				out = slices.DeleteFunc(out, func(r Ref) bool { return !s.bm.has(r) })
+			} else {
+				out = s.list.filter(out)
+			}
 			if len(out) == 0 {
 				return nil
 			}
@@ -195,33 +266,27 @@ func (x *Index) all() []Ref {
 	return out
 }
 
-// union returns the sorted union of sorted lists (read only when it is one
-// of them). The lists of one label's values are disjoint; a bitmap over
-// the Refs merges many of them in one pass.
-func (x *Index) union(lists [][]Ref) []Ref {
+// union returns the set of the Refs of lists. The lists of one label's
+// values are disjoint; a bitmap over the Refs merges many of them in one
+// pass (a long list's bitmap containers a word at a time).
+func (x *Index) union(lists []plist) refSet {
 	if len(lists) == 1 {
-		return lists[0]
+		return refSet{n: lists[0].len(), list: lists[0]}
 	}
 	total := 0
-	for _, l := range lists {
-		total += len(l)
-	}
 	bm := newBitmap(x.maxRef())
 	for _, l := range lists {
-		for _, r := range l {
-			bm.set(r)
-		}
+		total += l.len()
+		l.orInto(bm)
 	}
-	return bm.appendTo(make([]Ref, 0, total))
+	return refSet{n: total, bm: bm}
 }
 
 // subtract removes from sorted refs every Ref in the lists neg.
-func (x *Index) subtract(refs []Ref, neg [][]Ref) []Ref {
+func (x *Index) subtract(refs []Ref, neg []plist) []Ref {
 	bm := newBitmap(x.maxRef())
 	for _, l := range neg {
-		for _, r := range l {
-			bm.set(r)
-		}
+		l.orInto(bm)
 	}
 	out := refs[:0:0]
 	for _, r := range refs {
@@ -320,8 +385,8 @@ func (x *Index) LabelValues(name string, ms []*labels.Matcher, mint, maxt int64)
 	if len(ms) == 0 {
 		x.post.mu.RLock()
 		if ni := x.post.names[nameID]; ni != nil {
-			for v, list := range ni.values {
-				if slices.ContainsFunc(list, func(r Ref) bool { return x.inRange(r, mint, maxt) }) {
+			for v, l := range ni.all {
+				if l.any(func(r Ref) bool { return x.inRange(r, mint, maxt) }) {
 					ids = append(ids, v)
 				}
 			}
@@ -330,10 +395,9 @@ func (x *Index) LabelValues(name string, ms []*labels.Matcher, mint, maxt int64)
 	} else {
 		seen := map[uint32]struct{}{}
 		for _, r := range x.Select(ms, mint, maxt) {
-			p := x.entry(r).pairs
-			for i := 0; i+1 < len(p); i += 2 {
-				if p[i] == nameID {
-					seen[p[i+1]] = struct{}{}
+			for p := x.Pairs(r); p.Len() > 0; {
+				if n, v := p.Next(); n == nameID {
+					seen[v] = struct{}{}
 					break
 				}
 			}
@@ -352,8 +416,8 @@ func (x *Index) LabelNames(ms []*labels.Matcher, mint, maxt int64) []string {
 	if len(ms) == 0 {
 		x.post.mu.RLock()
 		for n, ni := range x.post.names {
-			for _, list := range ni.values {
-				if slices.ContainsFunc(list, func(r Ref) bool { return x.inRange(r, mint, maxt) }) {
+			for _, l := range ni.all {
+				if l.any(func(r Ref) bool { return x.inRange(r, mint, maxt) }) {
 					ids = append(ids, n)
 					break
 				}
@@ -363,9 +427,9 @@ func (x *Index) LabelNames(ms []*labels.Matcher, mint, maxt int64) []string {
 	} else {
 		seen := map[uint32]struct{}{}
 		for _, r := range x.Select(ms, mint, maxt) {
-			p := x.entry(r).pairs
-			for i := 0; i+1 < len(p); i += 2 {
-				seen[p[i]] = struct{}{}
+			for p := x.Pairs(r); p.Len() > 0; {
+				n, _ := p.Next()
+				seen[n] = struct{}{}
 			}
 		}
 		for n := range seen {

@@ -63,6 +63,12 @@ func (s *symbols) lookup(str string) (uint32, bool) {
 }
 
 // get returns the string of id.
-func (s *symbols) get(id uint32) string {
-	return (*s.chunks.Load())[id/symChunk][id%symChunk]
-}
+func (s *symbols) get(id uint32) string { return s.table().get(id) }
+
+// symbolTable is the symbols' chunks at one moment: every id interned
+// before it was loaded.
+type symbolTable []*[symChunk]string
+
+func (s *symbols) table() symbolTable { return *s.chunks.Load() }
+
+func (t symbolTable) get(id uint32) string { return t[id/symChunk][id%symChunk] }
