@@ -19,6 +19,8 @@ import (
 type columnWriter struct {
 	opts       *Options // the encoder's, for yield
 	labelNames []string
+	labelRanks []uint32 // labelNames' ranks in symbols
+	symbols    []string // the series' strings, which their ids index
 	strs       []parquet.ByteArray
 	def        []int16
 	ts         []int64
@@ -303,12 +305,12 @@ func (cw *columnWriter) writeRowGroup(w *file.Writer, series []*seriesData) erro
 	// __name__ and the label columns: one value per series. A yield before
 	// each column (see yield).
 	cw.opts.yield()
-	if err := cw.writeStrings(rg, series, true, func(s *seriesData) string { return s.name }); err != nil {
+	if err := cw.writeStrings(rg, series, true, func(s *seriesData) string { return metricName(s, cw.symbols) }); err != nil {
 		return err
 	}
-	for _, ln := range cw.labelNames {
+	for _, ln := range cw.labelRanks {
 		cw.opts.yield()
-		if err := cw.writeStrings(rg, series, false, func(s *seriesData) string { return s.lbls.Get(ln) }); err != nil {
+		if err := cw.writeStrings(rg, series, false, func(s *seriesData) string { return labelValue(s, ln, cw.symbols) }); err != nil {
 			return err
 		}
 	}

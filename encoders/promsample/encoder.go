@@ -93,7 +93,8 @@ func (s *spareWriters) put(cw *columnWriter) {
 	clear(cw.strs)
 	clear(cw.dict)
 	clear(cw.dictIDs)
-	cw.labelNames, cw.strs, cw.dict = nil, cw.strs[:0], cw.dict[:0]
+	cw.labelNames, cw.labelRanks, cw.symbols = nil, nil, nil
+	cw.strs, cw.dict = cw.strs[:0], cw.dict[:0]
 	cw.opts = nil
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -181,8 +182,9 @@ func (e *Encoder) encode(stream string, rows []archive.Row, consume bool) (*arch
 }
 
 // collectRows decodes rows into rc's collector and returns their bytes.
-// rc is not kept: its string and epoch tables (a hundred bytes a series)
-// are garbage before the series are written.
+// rc is not kept: its epoch tables are garbage before the series are
+// written. Its string table is the collector's, whose finish drops the
+// table's map and keeps the strings the series use.
 func (e *Encoder) collectRows(rc *rowCollector, rows []archive.Row, consume bool) (int, error) {
 	defer func() { e.unresolved.Add(rc.unresolved) }()
 	rowBytes := 0

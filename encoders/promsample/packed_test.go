@@ -100,7 +100,7 @@ func TestPackingCollectorWritesWhatAPlainOneWrites(t *testing.T) {
 				c.add(&batches[j])
 			}
 			series, meta := c.finish()
-			data, _, err := (&Encoder{Opts: Options{RowGroupRows: []int{0, 2, 9}[seed%3]}}).write(series, nil, meta, 0)
+			data, _, err := (&Encoder{Opts: Options{RowGroupRows: []int{0, 2, 9}[seed%3]}}).write(series, c.symbols, meta, 0)
 			if err != nil {
 				t.Fatalf("seed %d: %v", seed, err)
 			}

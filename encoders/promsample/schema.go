@@ -100,30 +100,45 @@ const dictRowsPerValue = 32
 // dictionaryLabels returns, per label name (labels.MetricName for
 // __name__), whether its column is dictionary-encoded: by default when it
 // has at least dictRowsPerValue rows per distinct value in the segment.
-func dictionaryLabels(series []*seriesData) map[string]bool {
-	type card struct {
-		rows   int
-		values map[string]struct{}
-	}
-	cards := map[string]*card{}
+func dictionaryLabels(series []*seriesData, symbols []string) map[string]bool {
+	// Per label name's rank: its rows and distinct values. A value is
+	// counted under the first name it comes with by marking it (first);
+	// under another name, by the (name, value) pairs in more (rare: a
+	// value shared by two label names).
+	rows := make([]int, len(symbols))
+	values := make([]int, len(symbols))
+	first := make([]uint32, len(symbols)) // per value: 1 + the name it was first counted under
+	var more map[uint64]struct{}
 	for _, s := range series {
 		n := s.numRows()
 		if n == 0 {
 			continue
 		}
-		s.lbls.Range(func(l labels.Label) {
-			c := cards[l.Name]
-			if c == nil {
-				c = &card{values: map[string]struct{}{}}
-				cards[l.Name] = c
+		for i := 0; i+1 < len(s.pairs); i += 2 {
+			name, v := s.pairs[i], s.pairs[i+1]
+			rows[name] += n
+			switch first[v] {
+			case 0:
+				first[v] = name + 1
+				values[name]++
+			case name + 1:
+			default:
+				k := uint64(name)<<32 | uint64(v)
+				if _, ok := more[k]; !ok {
+					if more == nil {
+						more = map[uint64]struct{}{}
+					}
+					more[k] = struct{}{}
+					values[name]++
+				}
 			}
-			c.rows += n
-			c.values[l.Value] = struct{}{}
-		})
+		}
 	}
-	dict := make(map[string]bool, len(cards))
-	for name, c := range cards {
-		dict[name] = labelDictionary(c.rows, len(c.values))
+	dict := make(map[string]bool)
+	for r, n := range rows {
+		if n > 0 {
+			dict[symbols[r]] = labelDictionary(n, values[r])
+		}
 	}
 	return dict
 }

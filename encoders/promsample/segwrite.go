@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
-	"slices"
 	"strconv"
 
 	"github.com/apache/arrow-go/v18/arrow/memory"
@@ -20,10 +19,9 @@ import (
 // rowGroupPlan is one row group: series [from, to).
 type rowGroupPlan struct{ from, to int }
 
-// write encodes canonical series into Parquet bytes and the index.
-// write encodes series and meta as one segment. symbols are the series'
-// strings, sorted, that their pairs index (collector.finish sets both);
-// nil when the series have no pairs. sizeHint is the expected
+// write encodes series and meta as one segment: the Parquet bytes and the
+// index. symbols are the series' strings, sorted, that their pairs and
+// names index (collector.finish sets both). sizeHint is the expected
 // size of the segment: the output buffer is allocated once at about that
 // size instead of doubling its way up (garbage of about the segment's size,
 // at the seal's memory peak).
@@ -33,30 +31,31 @@ func (e *Encoder) write(series []*seriesData, symbols []string, meta []Metadata,
 			data, index, err = nil, nil, fmt.Errorf("promsample: parquet writer panicked: %v", p)
 		}
 	}()
-	// Label columns: the union of label names, sorted.
-	nameSet := map[string]struct{}{}
+	// Label columns: the union of label names, sorted (symbols are, and
+	// ids are ranks).
+	isName := make([]bool, len(symbols))
 	for _, s := range series {
-		s.lbls.Range(func(l labels.Label) {
-			if l.Name != labels.MetricName {
-				nameSet[l.Name] = struct{}{}
-			}
-		})
+		for i := 0; i < len(s.pairs); i += 2 {
+			isName[s.pairs[i]] = true
+		}
 	}
-	labelNames := make([]string, 0, len(nameSet))
-	for n := range nameSet {
-		labelNames = append(labelNames, n)
+	var labelNames []string
+	var labelRanks []uint32
+	for r, ok := range isName {
+		if ok && symbols[r] != labels.MetricName {
+			labelNames, labelRanks = append(labelNames, symbols[r]), append(labelRanks, uint32(r))
+		}
 	}
-	slices.Sort(labelNames)
 
 	// Plan row groups and build the index.
 	idx := Index{MinT: math.MaxInt64, MaxT: math.MinInt64, Series: int64(len(series))}
 	target := e.rowGroupRows()
 	series = splitLongSeries(series, 4*target)
-	metricID := map[string]int{}
+	metricID := map[uint32]int{}
 	for _, s := range series {
 		if _, ok := metricID[s.name]; !ok {
 			metricID[s.name] = len(idx.Metrics)
-			idx.Metrics = append(idx.Metrics, s.name)
+			idx.Metrics = append(idx.Metrics, metricName(s, symbols))
 		}
 	}
 	var plans []rowGroupPlan
@@ -129,10 +128,11 @@ func (e *Encoder) write(series []*seriesData, symbols []string, meta []Metadata,
 	}
 	add(KeySegmentIndex, base64.StdEncoding.EncodeToString(summary))
 	var extras Batch
+	var sb labels.ScratchBuilder
 	extras.Metadata = meta
 	for _, s := range series {
 		if len(s.exemplars) > 0 {
-			extras.Series = append(extras.Series, Series{Labels: s.lbls, Exemplars: s.exemplars})
+			extras.Series = append(extras.Series, Series{Labels: s.labels(symbols, &sb), Exemplars: s.exemplars})
 		}
 	}
 	if len(extras.Series) > 0 || len(extras.Metadata) > 0 {
@@ -150,7 +150,7 @@ func (e *Encoder) write(series []*seriesData, symbols []string, meta []Metadata,
 	if e.goAlloc {
 		mem = memory.NewGoAllocator()
 	}
-	root, props, err := segmentSchema(labelNames, dictionaryLabels(series), mem, !e.Opts.FormatV1)
+	root, props, err := segmentSchema(labelNames, dictionaryLabels(series, symbols), mem, !e.Opts.FormatV1)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -163,7 +163,7 @@ func (e *Encoder) write(series []*seriesData, symbols []string, meta []Metadata,
 	cw := e.spare.get()
 	defer e.spare.put(cw)
 	cw.opts = &e.Opts
-	cw.labelNames = labelNames
+	cw.labelNames, cw.labelRanks, cw.symbols = labelNames, labelRanks, symbols
 	for _, p := range plans {
 		if err := cw.writeRowGroup(w, series[p.from:p.to]); err != nil {
 			return nil, nil, err
@@ -222,7 +222,7 @@ func splitLongSeries(series []*seriesData, maxRows int) []*seriesData {
 		i, j := 0, 0
 		first := true
 		for i < len(s.samples) || j < len(s.hists) {
-			p := &seriesData{lbls: s.lbls, name: s.name, pairs: s.pairs}
+			p := &seriesData{name: s.name, pairs: s.pairs}
 			if first {
 				p.exemplars, first = s.exemplars, false
 			}

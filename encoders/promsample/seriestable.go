@@ -94,16 +94,13 @@ func (h *SeriesHasher) Sum() uint64 { return h.d.Sum64() }
 var sep = []byte{0xff}
 
 // newSeriesTable builds the table of series (canonical order; a series cut
-// into consecutive pieces by splitLongSeries is one entry). symbols, when
-// not nil, are the series' strings sorted, and every series' pairs index
-// them (collector.finish): the table takes both as they are. Otherwise it
-// numbers the strings itself.
+// into consecutive pieces by splitLongSeries is one entry): symbols are
+// the series' strings sorted, and every series' pairs index them
+// (collector.finish); the table takes both as they are.
 func newSeriesTable(series []*seriesData, symbols []string) *SeriesTable {
-	if symbols == nil {
-		symbols = rankSeriesStrings(series)
-	}
 	t := &SeriesTable{Symbols: symbols}
 	t.off = append(t.off, 0)
+	var h SeriesHasher
 	for i, s := range series {
 		if i > 0 && slices.Equal(series[i-1].pairs, s.pairs) {
 			t.Rows[len(t.Rows)-1] += uint32(s.numRows())
@@ -112,36 +109,13 @@ func newSeriesTable(series []*seriesData, symbols []string) *SeriesTable {
 		t.pairs = append(t.pairs, s.pairs...)
 		t.off = append(t.off, uint32(len(t.pairs)))
 		t.Rows = append(t.Rows, uint32(s.numRows()))
-		t.Hashes = append(t.Hashes, SeriesHash(s.lbls))
+		h.Reset()
+		for j := 0; j+1 < len(s.pairs); j += 2 {
+			h.Add(symbols[s.pairs[j]], symbols[s.pairs[j+1]])
+		}
+		t.Hashes = append(t.Hashes, h.Sum()) // SeriesHash of its labels
 	}
 	return t
-}
-
-// rankSeriesStrings returns the sorted distinct strings of series' labels
-// and sets each series' pairs to its labels' indexes into them.
-func rankSeriesStrings(series []*seriesData) []string {
-	syms := map[string]uint32{}
-	for _, s := range series {
-		s.lbls.Range(func(l labels.Label) {
-			syms[l.Name] = 0
-			syms[l.Value] = 0
-		})
-	}
-	symbols := make([]string, 0, len(syms))
-	for s := range syms {
-		symbols = append(symbols, s)
-	}
-	slices.Sort(symbols)
-	for i, s := range symbols {
-		syms[s] = uint32(i)
-	}
-	for _, s := range series {
-		s.pairs = s.pairs[:0]
-		s.lbls.Range(func(l labels.Label) {
-			s.pairs = append(s.pairs, syms[l.Name], syms[l.Value])
-		})
-	}
-	return symbols
 }
 
 func (t *SeriesTable) appendBinary(b []byte) []byte {
