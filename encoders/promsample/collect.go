@@ -242,10 +242,10 @@ func (sd *seriesData) numRows() int { return sd.numSamples() + len(sd.hists) }
 
 // sampleSpan returns the least and greatest float sample timestamps (ok
 // false without samples).
-func (sd *seriesData) sampleSpan() (minT, maxT int64, ok bool) {
+func (sd *seriesData) sampleSpan(a *packArena) (minT, maxT int64, ok bool) {
 	minT, maxT = math.MaxInt64, math.MinInt64
 	if sd.packed.n > 0 {
-		minT, maxT = sd.packed.span()
+		minT, maxT = sd.packed.span(a)
 		ok = true
 	}
 	for _, s := range sd.samples {
@@ -254,22 +254,22 @@ func (sd *seriesData) sampleSpan() (minT, maxT int64, ok bool) {
 	return minT, maxT, ok
 }
 
-// unpack moves sd's packed samples into samples.
-func (sd *seriesData) unpack() {
+// unpack moves sd's packed samples (in a) into samples.
+func (sd *seriesData) unpack(a *packArena) {
 	if sd.packed.n == 0 {
 		return
 	}
-	sd.samples = sd.packed.unpack(sd.samples)
+	sd.samples = sd.packed.unpack(a, sd.samples)
 	sd.packed = packedSamples{}
 }
 
 // samplesInto returns sd's float samples in canonical order, decoding
 // packed ones into scratch (which it may grow and returns too).
-func (sd *seriesData) samplesInto(scratch []Sample) (samples, grown []Sample) {
+func (sd *seriesData) samplesInto(a *packArena, scratch []Sample) (samples, grown []Sample) {
 	if sd.packed.n == 0 {
 		return sd.samples, scratch
 	}
-	scratch = sd.packed.unpack(scratch[:0])
+	scratch = sd.packed.unpack(a, scratch[:0])
 	return scratch, scratch
 }
 
@@ -316,7 +316,7 @@ func (c *collector) finish() ([]*seriesData, []Metadata) {
 		// canonical already and stay packed; others (late or retried
 		// samples: rare) are unpacked and sorted here.
 		if !sd.packed.ordered {
-			sd.unpack()
+			sd.unpack(&c.arena)
 		}
 		sd.samples = canonicalSamples(sd.samples)
 		sd.hists, scratchA, scratchB = canonicalHistograms(sd.hists, scratchA, scratchB)

@@ -19,8 +19,9 @@ import (
 type columnWriter struct {
 	opts       *Options // the encoder's, for yield
 	labelNames []string
-	labelRanks []uint32 // labelNames' ranks in symbols
-	symbols    []string // the series' strings, which their ids index
+	labelRanks []uint32   // labelNames' ranks in symbols
+	symbols    []string   // the series' strings, which their ids index
+	arena      *packArena // the series' packed samples
 	strs       []parquet.ByteArray
 	def        []int16
 	ts         []int64
@@ -245,7 +246,7 @@ func (cw *columnWriter) writeRowGroup(w *file.Writer, series []*seriesData) erro
 	var hspans []span
 	for _, s := range series {
 		var samples []Sample
-		samples, cw.unpacked = s.samplesInto(cw.unpacked)
+		samples, cw.unpacked = s.samplesInto(cw.arena, cw.unpacked)
 		div := chooseDivisor(samples)
 		// The loop appends to locals, stored back once per series: an
 		// append that assigns to a field of *cw writes a pointer into the

@@ -93,7 +93,7 @@ func (s *spareWriters) put(cw *columnWriter) {
 	clear(cw.strs)
 	clear(cw.dict)
 	clear(cw.dictIDs)
-	cw.labelNames, cw.labelRanks, cw.symbols = nil, nil, nil
+	cw.labelNames, cw.labelRanks, cw.symbols, cw.arena = nil, nil, nil, nil
 	cw.strs, cw.dict = cw.strs[:0], cw.dict[:0]
 	cw.opts = nil
 	s.mu.Lock()
@@ -174,7 +174,7 @@ func (e *Encoder) encode(stream string, rows []archive.Row, consume bool) (*arch
 	}
 	// A segment takes about half its rows' bytes (rwload: 2.9 vs 6.9
 	// bytes per sample).
-	data, idx, err := e.write(series, c.symbols, meta, rowBytes/2)
+	data, idx, err := e.write(c, series, meta, rowBytes/2)
 	if err != nil {
 		return nil, fmt.Errorf("stream %q: %w", stream, err)
 	}
@@ -239,7 +239,7 @@ func (e *Encoder) Merge(stream string, segs []archive.StoredSegment) (*archive.S
 		rows += s.Rows
 	}
 	series, meta := c.finish()
-	data, idx, err := e.write(series, c.symbols, meta, int(total))
+	data, idx, err := e.write(c, series, meta, int(total))
 	if err != nil {
 		return nil, 0, fmt.Errorf("stream %q: %w", stream, err)
 	}

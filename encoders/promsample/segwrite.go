@@ -25,12 +25,16 @@ type rowGroupPlan struct{ from, to int }
 // size of the segment: the output buffer is allocated once at about that
 // size instead of doubling its way up (garbage of about the segment's size,
 // at the seal's memory peak).
-func (e *Encoder) write(series []*seriesData, symbols []string, meta []Metadata, sizeHint int) (data, index []byte, err error) {
+func (e *Encoder) write(c *collector, series []*seriesData, meta []Metadata, sizeHint int) (data, index []byte, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			data, index, err = nil, nil, fmt.Errorf("promsample: parquet writer panicked: %v", p)
 		}
 	}()
+	if c.arena.err != nil {
+		return nil, nil, c.arena.err // samples were dropped: no segment
+	}
+	symbols, arena := c.symbols, &c.arena
 	// Label columns: the union of label names, sorted (symbols are, and
 	// ids are ranks).
 	isName := make([]bool, len(symbols))
@@ -50,7 +54,7 @@ func (e *Encoder) write(series []*seriesData, symbols []string, meta []Metadata,
 	// Plan row groups and build the index.
 	idx := Index{MinT: math.MaxInt64, MaxT: math.MinInt64, Series: int64(len(series))}
 	target := e.rowGroupRows()
-	series = splitLongSeries(series, 4*target)
+	series = splitLongSeries(series, 4*target, arena)
 	metricID := map[uint32]int{}
 	for _, s := range series {
 		if _, ok := metricID[s.name]; !ok {
@@ -87,7 +91,7 @@ func (e *Encoder) write(series []*seriesData, symbols []string, meta []Metadata,
 		g.Rows += int64(n)
 		g.Series++
 		curRows += n
-		if lo, hi, ok := s.sampleSpan(); ok {
+		if lo, hi, ok := s.sampleSpan(arena); ok {
 			g.MinT, g.MaxT = min(g.MinT, lo), max(g.MaxT, hi)
 		}
 		for _, h := range s.hists {
@@ -163,12 +167,16 @@ func (e *Encoder) write(series []*seriesData, symbols []string, meta []Metadata,
 	cw := e.spare.get()
 	defer e.spare.put(cw)
 	cw.opts = &e.Opts
-	cw.labelNames, cw.labelRanks, cw.symbols = labelNames, labelRanks, symbols
+	cw.labelNames, cw.labelRanks, cw.symbols, cw.arena = labelNames, labelRanks, symbols, arena
 	for _, p := range plans {
 		if err := cw.writeRowGroup(w, series[p.from:p.to]); err != nil {
 			return nil, nil, err
 		}
 	}
+	// The samples are written: the arena (and the collector it is part
+	// of) is garbage from here, before the page index and the series
+	// table are built.
+	cw.arena = nil
 	// The data region (magic and every page) is checksummed in the footer:
 	// the reader verifies it before any page is decoded, because the
 	// Parquet decoder can loop forever on some corrupt pages.
@@ -201,7 +209,7 @@ func (e *Encoder) write(series []*seriesData, symbols []string, meta []Metadata,
 
 // splitLongSeries cuts every series with more than maxRows rows into
 // consecutive pieces by time; exemplars stay with the first piece.
-func splitLongSeries(series []*seriesData, maxRows int) []*seriesData {
+func splitLongSeries(series []*seriesData, maxRows int, a *packArena) []*seriesData {
 	long := false
 	for _, s := range series {
 		if s.numRows() > maxRows {
@@ -218,7 +226,7 @@ func splitLongSeries(series []*seriesData, maxRows int) []*seriesData {
 			out = append(out, s)
 			continue
 		}
-		s.unpack() // rare (a series longer than four row groups): cut it as a []Sample
+		s.unpack(a) // rare (a series longer than four row groups): cut it as a []Sample
 		i, j := 0, 0
 		first := true
 		for i < len(s.samples) || j < len(s.hists) {
