@@ -8,7 +8,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"unsafe"
 
+	"github.com/cespare/xxhash/v2"
 	"github.com/prometheus/prometheus/model/labels"
 )
 
@@ -169,26 +171,45 @@ func TestSeriesTableFromTheSortsRanks(t *testing.T) {
 }
 
 // Label sets whose ids hash alike are still told apart, and each is found
-// again, however many share a hash.
+// again, however many share a hash, across the index's growths.
 func TestCollectorSeriesOfCollidingHashes(t *testing.T) {
 	c := newCollector()
 	var ids [][]uint32
 	var got []*seriesData
-	for i := range 5 {
-		id := []uint32{c.syms.id("__name__"), c.syms.id("m"), c.syms.id("id"), c.syms.id(strconv.Itoa(i))}
-		sd := c.seriesOfHashed(id, 42)
-		if slices.Contains(got, sd) {
+	seen := map[*seriesData]bool{}
+	hash := func(i int) uint64 {
+		switch i % 3 {
+		case 0:
+			return 42 // one tag for a third of them
+		case 1:
+			return 7<<32 | uint64(i) // another tag, other low bits
+		}
+		return xxhash.Sum64(idBytes(ids[i]))
+	}
+	for i := range 3000 { // a few growths of the index (1024 slots first)
+		ids = append(ids, []uint32{c.syms.id("__name__"), c.syms.id("m"), c.syms.id("id"), c.syms.id(strconv.Itoa(i))})
+		sd := c.seriesOfHashed(ids[i], hash(i))
+		if seen[sd] {
 			t.Fatalf("label set %d got the series of another", i)
 		}
-		ids, got = append(ids, id), append(got, sd)
+		seen[sd] = true
+		got = append(got, sd)
 	}
-	for i, id := range ids {
-		if sd := c.seriesOfHashed(id, 42); sd != got[i] {
+	for i := range ids {
+		if sd := c.seriesOfHashed(ids[i], hash(i)); sd != got[i] {
 			t.Fatalf("label set %d: a second lookup found another series", i)
 		}
 	}
 	series, _ := c.finish()
-	if len(series) != 5 {
-		t.Fatalf("%d series, want 5", len(series))
+	if len(series) != len(ids) {
+		t.Fatalf("%d series, want %d", len(series), len(ids))
+	}
+}
+
+// A slab of series is whole pages: an allocation above 32 KiB is rounded
+// up to them, and a seal holds hundreds of slabs.
+func TestSeriesSlabIsWholePages(t *testing.T) {
+	if size := unsafe.Sizeof(seriesData{}) * seriesSlab; size%8192 != 0 {
+		t.Fatalf("a slab of %d series is %d bytes, %d into its last page", seriesSlab, size, size%8192)
 	}
 }
