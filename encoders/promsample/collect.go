@@ -3,6 +3,7 @@ package promsample
 import (
 	"bytes"
 	"cmp"
+	"hash/maphash"
 	"math"
 	"slices"
 	"strings"
@@ -40,6 +41,12 @@ type collector struct {
 	// label names and many values, and an equal string skips the map.
 	recent   []string
 	recentID []uint32
+	// hot caches interned strings by their hash (one entry a slot): the
+	// values many series share (a job, a namespace, a metric name) are
+	// found without syms' map, whose lookups mostly miss the processor's
+	// caches (a seal's table holds a string or two per series).
+	hot  *[hotSlots]hotString
+	seed maphash.Seed
 	// symbols, once finish ran: every label name and value of the series,
 	// sorted; each series' pairs index it.
 	symbols []string
@@ -48,6 +55,15 @@ type collector struct {
 	// samples out, collect them as []Sample.
 	pack  bool
 	arena packArena // the packed samples' chunks
+}
+
+const hotSlots = 1024
+
+// hotString is a slot of collector.hot: id is the string's id plus one, 0
+// for an empty slot.
+type hotString struct {
+	s  string
+	id uint32
 }
 
 // symtab numbers strings in order of arrival, each distinct one once. A
@@ -119,7 +135,16 @@ func (c *collector) intern(pos int, s string) uint32 {
 	if pos < len(c.recent) && c.recent[pos] == s {
 		return c.recentID[pos]
 	}
-	id := c.syms.id(s)
+	if c.hot == nil {
+		c.hot, c.seed = new([hotSlots]hotString), maphash.MakeSeed()
+	}
+	var id uint32
+	if h := &c.hot[maphash.String(c.seed, s)%hotSlots]; h.id != 0 && h.s == s {
+		id = h.id - 1
+	} else {
+		id = c.syms.id(s)
+		h.s, h.id = c.syms.strs[id], id+1 // the table's copy, as below
+	}
 	for len(c.recent) <= pos {
 		c.recent, c.recentID = append(c.recent, ""), append(c.recentID, 0)
 	}
@@ -240,17 +265,6 @@ func metricName(sd *seriesData, symbols []string) string {
 	return symbols[sd.name-1]
 }
 
-// labelValue returns the value of sd's label whose name is symbols[name],
-// "" without one.
-func labelValue(sd *seriesData, name uint32, symbols []string) string {
-	for i := 0; i+1 < len(sd.pairs); i += 2 {
-		if sd.pairs[i] == name {
-			return symbols[sd.pairs[i+1]]
-		}
-	}
-	return ""
-}
-
 // output returns the series (from finish) as Series sharing their samples.
 func (c *collector) output(series []*seriesData) []Series {
 	out := make([]Series, 0, len(series))
@@ -356,7 +370,7 @@ func (c *collector) finish() ([]*seriesData, []Metadata) {
 	c.symbols = sortSeries(out, c.syms.strs)
 	// The string table goes too: symbols holds the strings the series use
 	// (not those of exemplars or metadata only).
-	c.syms, c.recent, c.recentID = symtab{}, nil, nil
+	c.syms, c.recent, c.recentID, c.hot = symtab{}, nil, nil, nil
 	meta := make([]Metadata, 0, len(c.meta))
 	for m := range c.meta {
 		meta = append(meta, m)

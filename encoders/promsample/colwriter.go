@@ -36,13 +36,15 @@ type columnWriter struct {
 	hsum       []float64
 	divs       []float64
 	ddef       []int16
-	intEnds    []int // per series: end of its values in ints
-	tsBreaks   []int // rows before which the timestamp column starts a page
-	intBreaks  []int // likewise for the integer column
-	readBreaks []int // rows before which every value column starts a page
-	merged     []int // scratch: readBreaks merged with tsBreaks or intBreaks
-	dictIDs    map[string]int32
-	dict       []string
+	intEnds    []int    // per series: end of its values in ints
+	tsBreaks   []int    // rows before which the timestamp column starts a page
+	intBreaks  []int    // likewise for the integer column
+	readBreaks []int    // rows before which every value column starts a page
+	merged     []int    // scratch: readBreaks merged with tsBreaks or intBreaks
+	rowsOf     []int32  // per series of the row group: its rows
+	strVals    []uint32 // per string column, per series: 0 for "" (null unless required), else symbol rank + 1
+	dictID     []int32  // per strVals value: 1 + its dictionary index, 0 when not in it
+	dict       []uint32 // the dictionary's strVals values
 	dictIdx    []int32
 	valid      []byte
 	unpacked   []Sample // one packed series' samples, decoded
@@ -222,14 +224,47 @@ func writePaged[V any](rg file.SerialRowGroupWriter, vals []V, def []int16, brea
 	return c.Close()
 }
 
+// stringValues sets rowsOf and strVals for series (a row group) and
+// returns their rows. The string columns read them column by column
+// instead of every series' labels once per column (which, for want of
+// cache, was a tenth of a seal).
+func (cw *columnWriter) stringValues(series []*seriesData) int {
+	n, nl := len(series), len(cw.labelRanks)
+	cw.rowsOf = slices.Grow(cw.rowsOf[:0], n)[:n]
+	cw.strVals = slices.Grow(cw.strVals[:0], (1+nl)*n)[:(1+nl)*n]
+	clear(cw.strVals)
+	rows := 0
+	for i, s := range series {
+		r := s.numRows()
+		cw.rowsOf[i] = int32(r) // at most 4*RowGroupRows (splitLongSeries)
+		rows += r
+		cw.strVals[i] = s.name // 0 without a name or with "" (see seriesData.name)
+		// Both pairs and labelRanks ascend by name (labels are sorted, and
+		// ranks are the strings' order): one pass over each. A label name
+		// repeated (invalid) keeps its first value, as labels.Get does.
+		k := 0
+		for j := 0; j+1 < len(s.pairs) && k < nl; j += 2 {
+			name := s.pairs[j]
+			for k < nl && cw.labelRanks[k] < name {
+				k++
+			}
+			if k < nl && cw.labelRanks[k] == name {
+				// labels.Get finds no label named "", and "" is null.
+				if v := s.pairs[j+1]; cw.symbols[name] != "" && cw.symbols[v] != "" {
+					cw.strVals[(1+k)*n+i] = v + 1
+				}
+				k++
+			}
+		}
+	}
+	return rows
+}
+
 // writeRowGroup writes series (all with at least one sample or histogram,
 // or none at all) as one row group. Within a series, rows are the float
 // samples and histograms merged by timestamp (floats first on a tie).
 func (cw *columnWriter) writeRowGroup(w *file.Writer, series []*seriesData) error {
-	rows := 0
-	for _, s := range series {
-		rows += s.numRows()
-	}
+	rows := cw.stringValues(series)
 	if rows == 0 {
 		return nil
 	}
@@ -305,13 +340,10 @@ func (cw *columnWriter) writeRowGroup(w *file.Writer, series []*seriesData) erro
 
 	// __name__ and the label columns: one value per series. A yield before
 	// each column (see yield).
-	cw.opts.yield()
-	if err := cw.writeStrings(rg, series, true, func(s *seriesData) string { return metricName(s, cw.symbols) }); err != nil {
-		return err
-	}
-	for _, ln := range cw.labelRanks {
+	n := len(series)
+	for k := range 1 + len(cw.labelRanks) {
 		cw.opts.yield()
-		if err := cw.writeStrings(rg, series, false, func(s *seriesData) string { return labelValue(s, ln, cw.symbols) }); err != nil {
+		if err := cw.writeStrings(rg, cw.strVals[k*n:(k+1)*n], k == 0); err != nil {
 			return err
 		}
 	}
@@ -333,6 +365,14 @@ func (cw *columnWriter) writeRowGroup(w *file.Writer, series []*seriesData) erro
 	return rg.Close()
 }
 
+// str returns the string of a strVals value.
+func (cw *columnWriter) str(v uint32) string {
+	if v == 0 {
+		return ""
+	}
+	return cw.symbols[v-1]
+}
+
 // stringBytes returns the bytes of s without copying them. The column
 // writer only reads the values it is given (it copies them into its pages
 // and statistics), so sharing the string's immutable bytes is safe; a copy
@@ -351,8 +391,9 @@ type dictEncoder interface {
 	NumEntries() int
 }
 
-// writeStrings writes a string column holding one value per series (""
-// is null unless required), repeated on each of the series' rows.
+// writeStrings writes a string column holding one value per series of the
+// row group, vals (strVals' encoding; "" is null unless required),
+// repeated on each of the series' rows (rowsOf).
 //
 // The column is dictionary-encoded, and the dictionary is built here, per
 // series: arrow-go's own path hashes every row's value (and allocated per
@@ -361,7 +402,7 @@ type dictEncoder interface {
 // dictionary arrays) the writer only run-length encodes the indices. The
 // page statistics, which WriteDictIndices leaves alone, are filled here
 // from the dictionary: every entry is referenced.
-func (cw *columnWriter) writeStrings(rg file.SerialRowGroupWriter, series []*seriesData, required bool, value func(*seriesData) string) error {
+func (cw *columnWriter) writeStrings(rg file.SerialRowGroupWriter, vals []uint32, required bool) error {
 	c, err := nextColumn[*file.ByteArrayColumnChunkWriter](rg)
 	if err != nil {
 		return err
@@ -370,11 +411,10 @@ func (cw *columnWriter) writeStrings(rg file.SerialRowGroupWriter, series []*ser
 	if !ok || c.CurrentEncoder().Encoding() != parquet.Encodings.PlainDict || enc.NumEntries() != 0 {
 		// Not dictionary-encoded: one value per row.
 		cw.strs, cw.def = cw.strs[:0], cw.def[:0]
-		for _, s := range series {
-			v := value(s)
-			b := stringBytes(v)
-			for range s.numRows() {
-				if required || v != "" {
+		for i, v := range vals {
+			b := stringBytes(cw.str(v))
+			for range cw.rowsOf[i] {
+				if required || v != 0 {
 					cw.strs = append(cw.strs, b)
 					cw.def = append(cw.def, 1)
 				} else {
@@ -391,15 +431,15 @@ func (cw *columnWriter) writeStrings(rg file.SerialRowGroupWriter, series []*ser
 		}
 		return c.Close()
 	}
-	if cw.dictIDs == nil {
-		cw.dictIDs = map[string]int32{}
+	// dictID is all zero between columns (cleared below, entry by entry).
+	if len(cw.dictID) < len(cw.symbols)+1 {
+		cw.dictID = make([]int32, len(cw.symbols)+1)
 	}
-	clear(cw.dictIDs)
 	cw.dict, cw.dictIdx, cw.def = cw.dict[:0], cw.dictIdx[:0], cw.def[:0]
 	cw.valid = cw.valid[:0]
 	rows, nulls := 0, 0
-	for _, s := range series {
-		rows += s.numRows()
+	for _, n := range cw.rowsOf {
+		rows += int(n)
 	}
 	// Sized once and filled by index: appending row by row was a quarter
 	// of this function. A required column has no definition levels.
@@ -408,18 +448,17 @@ func (cw *columnWriter) writeStrings(rg file.SerialRowGroupWriter, series []*ser
 		cw.def = slices.Grow(cw.def, rows)[:rows]
 	}
 	at := 0
-	for _, s := range series {
-		n := s.numRows()
-		v := value(s)
+	for i, v := range vals {
+		n := int(cw.rowsOf[i])
 		id, d := int32(0), int16(1)
-		if v == "" && !required {
+		if v == 0 && !required {
 			d = 0
 			nulls += n
-		} else if x, ok := cw.dictIDs[v]; ok {
-			id = x
+		} else if x := cw.dictID[v]; x > 0 {
+			id = x - 1
 		} else {
 			id = int32(len(cw.dict))
-			cw.dictIDs[v] = id
+			cw.dictID[v] = id + 1
 			cw.dict = append(cw.dict, v)
 		}
 		idx := cw.dictIdx[at : at+n]
@@ -433,6 +472,9 @@ func (cw *columnWriter) writeStrings(rg file.SerialRowGroupWriter, series []*ser
 			}
 		}
 		at += n
+	}
+	for _, v := range cw.dict {
+		cw.dictID[v] = 0
 	}
 	var validity *memory.Buffer
 	if nulls > 0 {
@@ -449,7 +491,7 @@ func (cw *columnWriter) writeStrings(rg file.SerialRowGroupWriter, series []*ser
 	defer db.Release()
 	db.Reserve(len(cw.dict))
 	for _, v := range cw.dict {
-		db.Append(stringBytes(v))
+		db.Append(stringBytes(cw.str(v)))
 	}
 	dict := db.NewArray()
 	defer dict.Release()

@@ -91,10 +91,14 @@ func (s *spareWriters) put(cw *columnWriter) {
 	// Drop what refers to this write's labels (the rest holds no pointers
 	// or points into the writer's own buffers).
 	clear(cw.strs)
-	clear(cw.dict)
-	clear(cw.dictIDs)
 	cw.labelNames, cw.labelRanks, cw.symbols, cw.arena = nil, nil, nil, nil
-	cw.strs, cw.dict = cw.strs[:0], cw.dict[:0]
+	cw.strs = cw.strs[:0]
+	// dictID is indexed by this write's symbols: kept (all zero, as
+	// writeStrings needs it, even after a failed write) when small.
+	if cap(cw.dictID) > 4*DefaultRowGroupRows {
+		cw.dictID = nil
+	}
+	clear(cw.dictID)
 	cw.opts = nil
 	s.mu.Lock()
 	defer s.mu.Unlock()
