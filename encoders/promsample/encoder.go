@@ -47,8 +47,9 @@ type Encoder struct {
 
 	// probe, when set (by BenchmarkSealMemory), is called at the points of
 	// an encode where the most of it is live: all rows collected, the
-	// series canonical, the segment written, its index built. It must not
-	// touch the encode's state; nil costs a comparison.
+	// series canonical, the row groups written (the series and samples
+	// still live beside the output), the segment written, its index built.
+	// It must not touch the encode's state; nil costs a comparison.
 	probe func(phase string)
 
 	spare spareWriters

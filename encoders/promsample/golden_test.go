@@ -203,6 +203,16 @@ func TestEncoderWritesGoldenBytes(t *testing.T) {
 				t.Fatalf("%s: %v", key, err)
 			}
 			got[key] = goldenSum(seg, e.Unresolved())
+			if seg != nil {
+				// The writer sizes the index's buffer by encodedLen.
+				x, err := ParseIndex(seg.Index)
+				if err != nil {
+					t.Fatalf("%s: %v", key, err)
+				}
+				if n := x.encodedLen(); n != len(seg.Index) {
+					t.Fatalf("%s: encodedLen %d, index of %d bytes", key, n, len(seg.Index))
+				}
+			}
 			if in.name == "dictionary" && seg != nil {
 				// Both ways of writing a label column are covered.
 				if d, n := dictionaryColumns(t, seg.Bytes); d == 0 || d == n {

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"runtime"
 	"strconv"
 
 	"github.com/apache/arrow-go/v18/arrow/memory"
@@ -54,6 +55,12 @@ func (e *Encoder) write(c *collector, series []*seriesData, meta []Metadata, siz
 	// Plan row groups and build the index.
 	idx := Index{MinT: math.MaxInt64, MaxT: math.MinInt64, Series: int64(len(series))}
 	target := e.rowGroupRows()
+	// The series table (format 2) first: the series' pairs move into it,
+	// and their slabs are garbage before the segment is written.
+	var table *SeriesTable
+	if !e.Opts.FormatV1 {
+		table = newSeriesTable(series, symbols)
+	}
 	series = splitLongSeries(series, 4*target, arena)
 	metricID := map[uint32]int{}
 	for _, s := range series {
@@ -173,9 +180,13 @@ func (e *Encoder) write(c *collector, series []*seriesData, meta []Metadata, siz
 			return nil, nil, err
 		}
 	}
+	e.probeAt("grouped")
+	// The series are live until the last row group is written: the probe
+	// above counts them (nothing refers to them after it).
+	runtime.KeepAlive(series)
 	// The samples are written: the arena (and the collector it is part
-	// of) is garbage from here, before the page index and the series
-	// table are built.
+	// of) is garbage from here, and so are the series, before the page
+	// index is read back and the index encoded.
 	cw.arena = nil
 	// The data region (magic and every page) is checksummed in the footer:
 	// the reader verifies it before any page is decoded, because the
@@ -195,12 +206,12 @@ func (e *Encoder) write(c *collector, series []*seriesData, meta []Metadata, siz
 		return out, summary, nil
 	}
 	footerStart := len(out) - 8 - int(binary.LittleEndian.Uint32(out[len(out)-8:]))
-	idx.Table = newSeriesTable(series, symbols)
+	idx.Table = table
 	idx.PageIndexSum = xxhash.Sum64(out[dataEnd:footerStart])
 	if idx.PageSums, err = pageSums(out); err != nil {
 		return nil, nil, err
 	}
-	if index, err = idx.AppendBinary(nil); err != nil {
+	if index, err = idx.AppendBinary(make([]byte, 0, idx.encodedLen())); err != nil {
 		return nil, nil, err
 	}
 	e.probeAt("indexed")

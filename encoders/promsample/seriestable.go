@@ -96,16 +96,26 @@ var sep = []byte{0xff}
 // newSeriesTable builds the table of series (canonical order; a series cut
 // into consecutive pieces by splitLongSeries is one entry): symbols are
 // the series' strings sorted, and every series' pairs index them
-// (collector.finish); the table takes both as they are.
+// (collector.finish); the table takes both as they are. Each series'
+// pairs then point into the table's copy, so the collector's (cut from
+// its slabs) are garbage: the table does not hold a second copy of every
+// series' labels while the segment is written.
 func newSeriesTable(series []*seriesData, symbols []string) *SeriesTable {
-	t := &SeriesTable{Symbols: symbols}
-	t.off = append(t.off, 0)
+	// Sized once: at most a row per series, and every series' pairs.
+	npairs := 0
+	for _, s := range series {
+		npairs += len(s.pairs)
+	}
+	t := &SeriesTable{Symbols: symbols, pairs: make([]uint32, 0, npairs), off: make([]uint32, 1, len(series)+1),
+		Rows: make([]uint32, 0, len(series)), Hashes: make([]uint64, 0, len(series))}
 	var h SeriesHasher
 	for i, s := range series {
 		if i > 0 && slices.Equal(series[i-1].pairs, s.pairs) {
 			t.Rows[len(t.Rows)-1] += uint32(s.numRows())
+			s.pairs = series[i-1].pairs
 			continue
 		}
+		at := len(t.pairs)
 		t.pairs = append(t.pairs, s.pairs...)
 		t.off = append(t.off, uint32(len(t.pairs)))
 		t.Rows = append(t.Rows, uint32(s.numRows()))
@@ -114,8 +124,39 @@ func newSeriesTable(series []*seriesData, symbols []string) *SeriesTable {
 			h.Add(symbols[s.pairs[j]], symbols[s.pairs[j+1]])
 		}
 		t.Hashes = append(t.Hashes, h.Sum()) // SeriesHash of its labels
+		s.pairs = t.pairs[at:len(t.pairs):len(t.pairs)]
 	}
 	return t
+}
+
+// encodedLen is len(t.appendBinary(nil)).
+func (t *SeriesTable) encodedLen() int {
+	n := uvarintLen(uint64(len(t.Symbols)))
+	for _, s := range t.Symbols {
+		n += uvarintLen(uint64(len(s))) + len(s)
+	}
+	n += uvarintLen(uint64(len(t.Rows)))
+	var prev []uint32
+	for i := range t.Rows {
+		p := t.Pairs(i)
+		shared := sharedPairs(p, prev)
+		n += uvarintLen(uint64(shared/2)) + uvarintLen(uint64((len(p)-shared)/2))
+		for _, id := range p[shared:] {
+			n += uvarintLen(uint64(id))
+		}
+		n += uvarintLen(uint64(t.Rows[i])) + 8
+		prev = p
+	}
+	return n
+}
+
+// sharedPairs returns how many leading ids p and prev share, whole pairs.
+func sharedPairs(p, prev []uint32) int {
+	shared := 0
+	for shared+1 < len(p) && shared+1 < len(prev) && p[shared] == prev[shared] && p[shared+1] == prev[shared+1] {
+		shared += 2
+	}
+	return shared
 }
 
 func (t *SeriesTable) appendBinary(b []byte) []byte {
@@ -128,10 +169,7 @@ func (t *SeriesTable) appendBinary(b []byte) []byte {
 	var prev []uint32
 	for i := range t.Rows {
 		p := t.Pairs(i)
-		shared := 0
-		for shared+1 < len(p) && shared+1 < len(prev) && p[shared] == prev[shared] && p[shared+1] == prev[shared+1] {
-			shared += 2
-		}
+		shared := sharedPairs(p, prev)
 		b = binary.AppendUvarint(b, uint64(shared/2))
 		b = binary.AppendUvarint(b, uint64((len(p)-shared)/2))
 		for _, id := range p[shared:] {
