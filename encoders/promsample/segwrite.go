@@ -59,7 +59,7 @@ func (e *Encoder) write(c *collector, series []*seriesData, meta []Metadata, siz
 	// and their slabs are garbage before the segment is written.
 	var table *SeriesTable
 	if !e.Opts.FormatV1 {
-		table = newSeriesTable(series, symbols)
+		table = newSeriesTable(series, symbols) // before splitLongSeries: one entry a series
 	}
 	series = splitLongSeries(series, 4*target, arena)
 	metricID := map[uint32]int{}

@@ -93,15 +93,15 @@ func (h *SeriesHasher) Sum() uint64 { return h.d.Sum64() }
 
 var sep = []byte{0xff}
 
-// newSeriesTable builds the table of series (canonical order; a series cut
-// into consecutive pieces by splitLongSeries is one entry): symbols are
+// newSeriesTable builds the table of series: canonical, distinct (the
+// collector's, before splitLongSeries cuts any into pieces). symbols are
 // the series' strings sorted, and every series' pairs index them
 // (collector.finish); the table takes both as they are. Each series'
 // pairs then point into the table's copy, so the collector's (cut from
 // its slabs) are garbage: the table does not hold a second copy of every
 // series' labels while the segment is written.
 func newSeriesTable(series []*seriesData, symbols []string) *SeriesTable {
-	// Sized once: at most a row per series, and every series' pairs.
+	// Sized once: a row per series, and every series' pairs.
 	npairs := 0
 	for _, s := range series {
 		npairs += len(s.pairs)
@@ -109,14 +109,9 @@ func newSeriesTable(series []*seriesData, symbols []string) *SeriesTable {
 	t := &SeriesTable{Symbols: symbols, pairs: make([]uint32, 0, npairs), off: make([]uint32, 1, len(series)+1),
 		Rows: make([]uint32, 0, len(series)), Hashes: make([]uint64, 0, len(series))}
 	var h SeriesHasher
-	for i, s := range series {
-		if i > 0 && slices.Equal(series[i-1].pairs, s.pairs) {
-			t.Rows[len(t.Rows)-1] += uint32(s.numRows())
-			s.pairs = series[i-1].pairs
-			continue
-		}
+	for _, s := range series {
 		at := len(t.pairs)
-		t.pairs = append(t.pairs, s.pairs...)
+		t.pairs = append(t.pairs, s.pairs...) // within its capacity: earlier series' pairs stay where they point
 		t.off = append(t.off, uint32(len(t.pairs)))
 		t.Rows = append(t.Rows, uint32(s.numRows()))
 		h.Reset()
