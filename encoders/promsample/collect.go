@@ -174,8 +174,8 @@ func (c *collector) seriesOfHashed(ids []uint32, h uint64) *seriesData {
 		if slot == 0 {
 			// Not there: the probe ends at an empty slot, which a table
 			// at most 3/4 full always has.
-			sd := c.newSeries(ids)
-			x.slots[i] = uint64(tag)<<32 | uint64(c.count) // series count-1, plus one
+			sd := c.newSeries(ids) // series number count-1
+			x.slots[i] = uint64(tag)<<32 | uint64(c.count)
 			x.n++
 			return sd
 		}
