@@ -39,7 +39,7 @@ func TestWriteAllocatorWritesWhatGoAllocatorWrites(t *testing.T) {
 			}
 			series, meta := c.finish()
 			e := &Encoder{Opts: Options{RowGroupRows: in.rgRows}, goAlloc: goAlloc}
-			data, _, err := e.write(series, nil, meta, 0)
+			data, _, err := e.write(c, series, meta, 0)
 			if err != nil {
 				t.Fatalf("%s: %v", in.name, err)
 			}
@@ -165,7 +165,7 @@ func TestAReusedEncoderWritesWhatAFreshOneWrites(t *testing.T) {
 					c.add(&batches[j])
 				}
 				series, meta := c.finish()
-				data, _, err := e.write(series, nil, meta, 0)
+				data, _, err := e.write(c, series, meta, 0)
 				if err != nil {
 					t.Fatalf("input %d: %v", i, err)
 				}

@@ -45,10 +45,7 @@ func ReadArchive(ctx context.Context, a *archive.Archive, q Query) ([]Series, er
 		return nil, err
 	}
 	series, _ := c.finish()
-	out := make([]Series, 0, len(series))
-	for _, s := range series {
-		out = append(out, Series{Labels: s.lbls, Samples: s.samples, Histograms: s.hists, Exemplars: s.exemplars})
-	}
+	out := c.output(series)
 	slices.SortFunc(out, func(a, b Series) int { return labels.Compare(a.Labels, b.Labels) })
 	return out, nil
 }

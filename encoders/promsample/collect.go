@@ -3,10 +3,13 @@ package promsample
 import (
 	"bytes"
 	"cmp"
+	"hash/maphash"
 	"math"
 	"slices"
 	"strings"
+	"unsafe"
 
+	"github.com/cespare/xxhash/v2"
 	"github.com/prometheus/prometheus/model/labels"
 )
 
@@ -14,17 +17,36 @@ import (
 // series ordered by (metric name, labels), samples by (timestamp, value
 // bits), exact duplicates removed. Encode, Merge and ReadRows all go through
 // it, so a segment and the rows it was made from read back identically.
+//
+// A series' labels are held as ids into the collector's string table
+// (syms), which a seal's rowCollector shares: each distinct string of the
+// rows is copied out of them once, and a series costs 4 bytes per label
+// name and value instead of a labels.Labels of its own (~200 bytes for a
+// Kubernetes target's eight labels, the largest part of a seal's live heap
+// at high cardinality).
 type collector struct {
-	// byHash finds a series by its labels' hash, and collide, keyed by
-	// label bytes, holds the (practically never seen) series whose hash
-	// another label set already has. Keyed by the bytes themselves, the
-	// map held a second copy of every series' labels: a third of a seal's
-	// live heap.
-	byHash  map[uint64]*seriesData
-	collide map[string]*seriesData
-	slab    []seriesData // where the next series are cut from
-	meta    map[Metadata]struct{}
-	key     []byte
+	// slabs hold the series in order of arrival, seriesSlab a slab: one
+	// allocation for many. Series i is slabs[i/seriesSlab][i%seriesSlab];
+	// there are count.
+	slabs  [][]seriesData
+	count  int
+	index  seriesIndex // finds a series by its label ids
+	pairs  []uint32    // where the next series' pairs are cut from
+	meta   map[Metadata]struct{}
+	syms   symtab
+	nameID uint32   // the id of labels.MetricName in syms
+	ids    []uint32 // scratch: one label set's ids
+	// recent holds the strings of the label set seriesOf interned last,
+	// by position, with their ids: neighbouring series mostly share the
+	// label names and many values, and an equal string skips the map.
+	recent   []string
+	recentID []uint32
+	// hot caches interned strings by their hash (one entry a slot): the
+	// values many series share (a job, a namespace, a metric name) are
+	// found without syms' map, whose lookups mostly miss the processor's
+	// caches (a seal's table holds a string or two per series).
+	hot  *[hotSlots]hotString
+	seed maphash.Seed
 	// symbols, once finish ran: every label name and value of the series,
 	// sorted; each series' pairs index it.
 	symbols []string
@@ -35,13 +57,46 @@ type collector struct {
 	arena packArena // the packed samples' chunks
 }
 
+const hotSlots = 1024
+
+// hotString is a slot of collector.hot: id is the string's id plus one, 0
+// for an empty slot.
+type hotString struct {
+	s  string
+	id uint32
+}
+
+// symtab numbers strings in order of arrival, each distinct one once. A
+// rowCollector embeds its collector's: the names strID and strs are the
+// ones the row decoders (rowcodec.go, rowv2.go) intern a row's strings by.
+type symtab struct {
+	strID map[string]uint32 // string -> id
+	strs  []string          // id -> string
+}
+
+// id returns s's id, adding it if it is new. s is copied when added: the
+// caller's may be part of a larger string (a labels.Labels' bytes) that
+// the table must not keep alive.
+func (t *symtab) id(s string) uint32 {
+	if id, ok := t.strID[s]; ok {
+		return id
+	}
+	id := uint32(len(t.strs)) // a seal holds far fewer than 2^32 strings: each is a row's bytes
+	s = strings.Clone(s)
+	t.strs = append(t.strs, s)
+	t.strID[s] = id
+	return id
+}
+
 // seriesData is one series in canonical form.
 type seriesData struct {
-	lbls labels.Labels
-	name string // __name__
-	// pairs, set by finish: each label's (name, value) as indexes into
-	// the collector's symbols, in label order (the segment's series table).
-	pairs     []uint32
+	// pairs are the series' labels as (name, value) ids, in label order:
+	// into the collector's syms while collecting, and once finish ran into
+	// its sorted symbols (the segment's series table).
+	pairs []uint32
+	// name is 1 + the id of __name__'s value (like pairs: into syms, then
+	// symbols), 0 when the series has no __name__ or an empty one.
+	name      uint32
 	samples   []Sample
 	packed    packedSamples // float samples in a packing collector (samples is then empty until finish)
 	hists     []Histogram
@@ -49,46 +104,175 @@ type seriesData struct {
 }
 
 func newCollector() *collector {
-	return &collector{byHash: make(map[uint64]*seriesData), meta: make(map[Metadata]struct{})}
+	c := &collector{meta: make(map[Metadata]struct{}),
+		syms: symtab{strID: make(map[string]uint32)}}
+	c.nameID = c.syms.id(labels.MetricName)
+	return c
 }
 
-// seriesSlab is how many series a collector allocates at once: one
-// allocation instead of one per series, and no size-class rounding.
-const seriesSlab = 256
+// seriesSlab is how many series a collector allocates at once: 512 of 144
+// bytes are 72 KiB, whole pages, which a large allocation is rounded up
+// to (256 took 40 KiB for 36).
+const seriesSlab = 512
+
+// pairSlab is how many label ids a collector allocates at once (a series
+// of eight labels takes 16).
+const pairSlab = 4096
 
 // seriesOf returns the series of ls, adding it if it is new.
 func (c *collector) seriesOf(ls labels.Labels) *seriesData {
-	h := ls.Hash()
-	sd := c.byHash[h]
-	if sd != nil && labels.Equal(sd.lbls, ls) {
-		return sd
+	ids, pos := c.ids[:0], 0
+	ls.Range(func(l labels.Label) {
+		ids = append(ids, c.intern(pos, l.Name), c.intern(pos+1, l.Value))
+		pos += 2
+	})
+	c.ids = ids
+	return c.seriesOfIDs(ids)
+}
+
+// intern returns the id of s, the string at position pos of a label set.
+func (c *collector) intern(pos int, s string) uint32 {
+	if pos < len(c.recent) && c.recent[pos] == s {
+		return c.recentID[pos]
 	}
-	if sd != nil {
-		// Another label set has this hash.
-		c.key = ls.Bytes(c.key[:0])
-		if sd := c.collide[string(c.key)]; sd != nil {
+	if c.hot == nil {
+		c.hot, c.seed = new([hotSlots]hotString), maphash.MakeSeed()
+	}
+	var id uint32
+	if h := &c.hot[maphash.String(c.seed, s)%hotSlots]; h.id != 0 && h.s == s {
+		id = h.id - 1
+	} else {
+		id = c.syms.id(s)
+		h.s, h.id = c.syms.strs[id], id+1 // the table's copy, as below
+	}
+	for len(c.recent) <= pos {
+		c.recent, c.recentID = append(c.recent, ""), append(c.recentID, 0)
+	}
+	// The table's copy: s may be part of a labels.Labels not to be kept.
+	c.recent[pos], c.recentID[pos] = c.syms.strs[id], id
+	return id
+}
+
+// seriesOfIDs returns the series whose labels are ids (pairs of syms ids,
+// in label order), adding it if it is new. Interning is one to one, so two
+// label sets are equal exactly when their ids are.
+func (c *collector) seriesOfIDs(ids []uint32) *seriesData {
+	return c.seriesOfHashed(ids, xxhash.Sum64(idBytes(ids)))
+}
+
+// seriesOfHashed is seriesOfIDs with the ids' hash h given (tests give
+// colliding ones).
+func (c *collector) seriesOfHashed(ids []uint32, h uint64) *seriesData {
+	x := &c.index
+	if 4*(x.n+1) > 3*len(x.slots) {
+		x.grow()
+	}
+	tag := uint32(h >> 32)
+	mask := uint32(len(x.slots) - 1) // a power of two
+	for i := tag & mask; ; i = (i + 1) & mask {
+		slot := x.slots[i]
+		if slot == 0 {
+			// Not there: the probe ends at an empty slot, which a table
+			// at most 3/4 full always has.
+			sd := c.newSeries(ids) // series number count-1
+			x.slots[i] = uint64(tag)<<32 | uint64(c.count)
+			x.n++
 			return sd
 		}
-		if c.collide == nil {
-			c.collide = map[string]*seriesData{}
+		if uint32(slot>>32) == tag {
+			n := int(uint32(slot)) - 1
+			if sd := &c.slabs[n/seriesSlab][n%seriesSlab]; slices.Equal(sd.pairs, ids) {
+				return sd
+			}
 		}
-		sd = c.newSeries(ls)
-		c.collide[string(c.key)] = sd
-		return sd
 	}
-	sd = c.newSeries(ls)
-	c.byHash[h] = sd
+}
+
+// seriesIndex finds a collector's series by the hash of their label ids,
+// by open addressing with linear probing. A slot holds the top 32 bits of
+// the hash (the tag) and the series' number plus one (0: an empty slot);
+// a series' probe starts at its tag modulo the table's size, so growing
+// the table needs no series' hash again. 8 bytes a slot, at most 3/4 full:
+// 11-21 bytes a series, where a map[uint64]*seriesData took ~37. A
+// collector holds far fewer than 2^32 series (each is its seriesData and
+// labels, ~200 bytes).
+type seriesIndex struct {
+	slots []uint64
+	n     int
+}
+
+// grow doubles the table (or makes its first one).
+func (x *seriesIndex) grow() {
+	old := x.slots
+	x.slots = make([]uint64, max(1024, 2*len(old)))
+	mask := uint32(len(x.slots) - 1)
+	for _, slot := range old {
+		if slot == 0 {
+			continue
+		}
+		i := uint32(slot>>32) & mask
+		for x.slots[i] != 0 {
+			i = (i + 1) & mask
+		}
+		x.slots[i] = slot
+	}
+}
+
+// idBytes is ids' memory as bytes (native byte order: a key within the
+// process, never stored).
+func idBytes(ids []uint32) []byte {
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(ids))), 4*len(ids))
+}
+
+func (c *collector) newSeries(ids []uint32) *seriesData {
+	if c.count%seriesSlab == 0 {
+		c.slabs = append(c.slabs, make([]seriesData, seriesSlab))
+	}
+	sd := &c.slabs[c.count/seriesSlab][c.count%seriesSlab]
+	c.count++
+	if cap(c.pairs)-len(c.pairs) < len(ids) {
+		c.pairs = make([]uint32, 0, max(pairSlab, len(ids)))
+	}
+	at := len(c.pairs)
+	c.pairs = append(c.pairs, ids...)
+	sd.pairs = c.pairs[at:len(c.pairs):len(c.pairs)] // full: an append to it cannot reach the next series'
+	for i := 0; i+1 < len(ids); i += 2 {
+		if ids[i] == c.nameID {
+			if c.syms.strs[ids[i+1]] != "" {
+				sd.name = ids[i+1] + 1
+			}
+			break // the first __name__, as labels.Labels.Get finds it
+		}
+	}
 	return sd
 }
 
-func (c *collector) newSeries(ls labels.Labels) *seriesData {
-	if len(c.slab) == 0 {
-		c.slab = make([]seriesData, seriesSlab)
+// labels returns sd's labels, built with b; its ids index symbols (set by
+// finish).
+func (sd *seriesData) labels(symbols []string, b *labels.ScratchBuilder) labels.Labels {
+	b.Reset()
+	for i := 0; i+1 < len(sd.pairs); i += 2 {
+		b.Add(symbols[sd.pairs[i]], symbols[sd.pairs[i+1]])
 	}
-	sd := &c.slab[0]
-	c.slab = c.slab[1:]
-	sd.lbls, sd.name = ls, ls.Get(labels.MetricName)
-	return sd
+	return b.Labels()
+}
+
+// metricName returns sd's __name__, "" without one; its ids index symbols.
+func metricName(sd *seriesData, symbols []string) string {
+	if sd.name == 0 {
+		return ""
+	}
+	return symbols[sd.name-1]
+}
+
+// output returns the series (from finish) as Series sharing their samples.
+func (c *collector) output(series []*seriesData) []Series {
+	out := make([]Series, 0, len(series))
+	var b labels.ScratchBuilder
+	for _, s := range series {
+		out = append(out, Series{Labels: s.labels(c.symbols, &b), Samples: s.samples, Histograms: s.hists, Exemplars: s.exemplars})
+	}
+	return out
 }
 
 // newPackingCollector returns a collector that holds float samples packed.
@@ -106,10 +290,10 @@ func (sd *seriesData) numRows() int { return sd.numSamples() + len(sd.hists) }
 
 // sampleSpan returns the least and greatest float sample timestamps (ok
 // false without samples).
-func (sd *seriesData) sampleSpan() (minT, maxT int64, ok bool) {
+func (sd *seriesData) sampleSpan(a *packArena) (minT, maxT int64, ok bool) {
 	minT, maxT = math.MaxInt64, math.MinInt64
 	if sd.packed.n > 0 {
-		minT, maxT = sd.packed.span()
+		minT, maxT = sd.packed.span(a)
 		ok = true
 	}
 	for _, s := range sd.samples {
@@ -118,22 +302,22 @@ func (sd *seriesData) sampleSpan() (minT, maxT int64, ok bool) {
 	return minT, maxT, ok
 }
 
-// unpack moves sd's packed samples into samples.
-func (sd *seriesData) unpack() {
+// unpack moves sd's packed samples (in a) into samples.
+func (sd *seriesData) unpack(a *packArena) {
 	if sd.packed.n == 0 {
 		return
 	}
-	sd.samples = sd.packed.unpack(sd.samples)
+	sd.samples = sd.packed.unpack(a, sd.samples)
 	sd.packed = packedSamples{}
 }
 
 // samplesInto returns sd's float samples in canonical order, decoding
 // packed ones into scratch (which it may grow and returns too).
-func (sd *seriesData) samplesInto(scratch []Sample) (samples, grown []Sample) {
+func (sd *seriesData) samplesInto(a *packArena, scratch []Sample) (samples, grown []Sample) {
 	if sd.packed.n == 0 {
 		return sd.samples, scratch
 	}
-	scratch = sd.packed.unpack(scratch[:0])
+	scratch = sd.packed.unpack(a, scratch[:0])
 	return scratch, scratch
 }
 
@@ -162,31 +346,31 @@ func (c *collector) addSeries(s Series) {
 	c.add(&b)
 }
 
-// finish returns the canonical series and metadata.
+// finish returns the canonical series and metadata, and sets symbols.
 func (c *collector) finish() ([]*seriesData, []Metadata) {
-	out := make([]*seriesData, 0, len(c.byHash)+len(c.collide))
-	for _, sd := range c.byHash {
-		out = append(out, sd)
+	out := make([]*seriesData, 0, c.count)
+	for i := range c.count {
+		out = append(out, &c.slabs[i/seriesSlab][i%seriesSlab])
 	}
-	for _, sd := range c.collide {
-		out = append(out, sd)
-	}
-	// The maps are done with: what they take goes before the segment is
-	// written.
-	c.byHash, c.collide, c.slab = nil, nil, nil
+	// The index is done with: what it takes goes before the segment is
+	// written (the slabs stay, referred to by out).
+	c.slabs, c.index, c.pairs = nil, seriesIndex{}, nil
 	var scratchA, scratchB []byte
 	for _, sd := range out {
 		// Packed samples that arrived in strictly increasing time are
 		// canonical already and stay packed; others (late or retried
 		// samples: rare) are unpacked and sorted here.
 		if !sd.packed.ordered {
-			sd.unpack()
+			sd.unpack(&c.arena)
 		}
 		sd.samples = canonicalSamples(sd.samples)
 		sd.hists, scratchA, scratchB = canonicalHistograms(sd.hists, scratchA, scratchB)
 		sd.exemplars = canonicalExemplars(sd.exemplars)
 	}
-	c.symbols = sortSeries(out)
+	c.symbols = sortSeries(out, c.syms.strs)
+	// The string table goes too: symbols holds the strings the series use
+	// (not those of exemplars or metadata only).
+	c.syms, c.recent, c.recentID, c.hot = symtab{}, nil, nil, nil
 	meta := make([]Metadata, 0, len(c.meta))
 	for m := range c.meta {
 		meta = append(meta, m)
@@ -196,92 +380,55 @@ func (c *collector) finish() ([]*seriesData, []Metadata) {
 }
 
 // sortSeries orders series by (metric name, labels): name first, then
-// labels.Compare, and returns the sorted distinct strings of their labels,
-// with each series' pairs set to its labels' indexes into them. It
-// compares ranks, not strings: every distinct string is numbered once, the
-// numbers are renumbered into the strings' sorted order, and each series
-// gets a key of ranks (its name, then each label's name and value), so
-// that comparing two keys element by element, then by length, is comparing
-// (name, labels). The ranks are also the segment's series table
-// (newSeriesTable), which numbered the strings a second time before. At a
+// labels.Compare. Their pairs and names are ids into strs; it returns the
+// sorted distinct strings the series use and turns every id into its
+// string's rank among them (the segment's series table). It compares
+// ranks, not strings: comparing two series' pairs id by id, then by
+// length, is comparing their labels, and the name's rank compares the
+// names ("" first: no series' name is "", see seriesData.name). At a
 // million series a seal sorts ~170 k series a stream, and comparing their
 // labels as strings (three labels deep before two bench-shaped series
 // differ) was 13% of the receiver's CPU (profile of the 1 M benchmark).
-func sortSeries(out []*seriesData) []string {
-	ids := make(map[string]uint32, 1024)
-	var strs []string
-	// prev holds the previous series' strings by position: neighbouring
-	// series mostly share the names and many values, and an equal string
-	// skips the map.
-	var prev []string
-	var prevID []uint32
-	id := func(pos int, s string) uint32 {
-		if pos < len(prev) && prev[pos] == s {
-			return prevID[pos]
-		}
-		n, ok := ids[s]
-		if !ok {
-			n = uint32(len(strs))
-			strs = append(strs, s)
-			ids[s] = n
-		}
-		for len(prev) <= pos {
-			prev, prevID = append(prev, ""), append(prevID, 0)
-		}
-		prev[pos], prevID[pos] = s, n
-		return n
-	}
-	type keyed struct {
-		sd       *seriesData
-		off, end uint32
-	}
-	ks := make([]keyed, len(out))
-	keys := make([]uint32, 0, len(out)*8)
-	for i, sd := range out {
-		off := len(keys)
-		// The name is one of the label values (or "", no __name__, which
-		// no label string is: names and values are never empty), so it
-		// takes its value's rank, shifted by one to put "" first.
-		keys = append(keys, 0)
-		pos := 0
-		sd.lbls.Range(func(l labels.Label) {
-			keys = append(keys, id(pos, l.Name), id(pos+1, l.Value))
-			if l.Name == labels.MetricName {
-				keys[off] = keys[len(keys)-1] + 1
+func sortSeries(out []*seriesData, strs []string) []string {
+	// rank[id] is 1 + the id's rank once the used ids are sorted, 0 for a
+	// string no series uses.
+	rank := make([]uint32, len(strs))
+	used := 0
+	for _, sd := range out {
+		for _, id := range sd.pairs {
+			if rank[id] == 0 {
+				rank[id] = 1
+				used++
 			}
-			pos += 2
-		})
-		if sd.name == "" {
-			keys[off] = 0
 		}
-		ks[i] = keyed{sd: sd, off: uint32(off), end: uint32(len(keys))}
 	}
-	order := make([]uint32, len(strs))
-	for i := range order {
-		order[i] = uint32(i)
+	order := make([]uint32, 0, used)
+	for id, r := range rank {
+		if r != 0 {
+			order = append(order, uint32(id))
+		}
 	}
 	slices.SortFunc(order, func(a, b uint32) int { return strings.Compare(strs[a], strs[b]) })
-	rank := make([]uint32, len(strs))
-	sorted := make([]string, len(strs))
-	for r, i := range order {
-		rank[i] = uint32(r)
-		sorted[r] = strs[i]
+	sorted := make([]string, len(order))
+	for r, id := range order {
+		rank[id] = uint32(r) + 1
+		sorted[r] = strs[id]
 	}
-	for _, k := range ks {
-		if keys[k.off] > 0 {
-			keys[k.off] = rank[keys[k.off]-1] + 1
+	for _, sd := range out {
+		for i, id := range sd.pairs {
+			sd.pairs[i] = rank[id] - 1
 		}
-		for i := k.off + 1; i < k.end; i++ {
-			keys[i] = rank[keys[i]]
+		if sd.name > 0 {
+			// A name is one of the pairs' values, so its id was ranked.
+			sd.name = rank[sd.name-1]
 		}
 	}
-	slices.SortFunc(ks, func(a, b keyed) int {
-		return slices.Compare(keys[a.off:a.end], keys[b.off:b.end])
+	slices.SortFunc(out, func(a, b *seriesData) int {
+		if a.name != b.name {
+			return cmp.Compare(a.name, b.name)
+		}
+		return slices.Compare(a.pairs, b.pairs)
 	})
-	for i, k := range ks {
-		out[i] = k.sd
-		k.sd.pairs = keys[k.off+1 : k.end : k.end]
-	}
 	return sorted
 }
 

@@ -109,6 +109,23 @@
 // footer, verified before any page is decoded: arrow-go's decoder can loop
 // forever on some corrupt pages).
 //
+// # Sealing
+//
+// A seal holds a whole segment's series at once, and at high cardinality
+// (a seal of a few hundred thousand series of a few samples each) what
+// it holds per series, not per sample, is the seal's memory: the receiver
+// runs it beside everything else it holds live. So a series is kept as
+// ids, not strings: the rows' strings are interned once in a table the
+// row decoder and the collector share (collect.go), and a series is its
+// label ids, its name's id and its samples packed into a shared arena
+// (packed.go) by 4-byte addresses. Sorting, the label columns and the
+// series table work from the ids' ranks; a labels.Labels is built only
+// where one is handed out (readers, exemplar extras). The series table is
+// built before the row groups and takes the series' ids, so the seal never
+// holds two copies of them; every buffer whose size is known is sized
+// once. BenchmarkSealMemory measures the live bytes per series at the
+// fullest points.
+//
 // # Reading
 //
 // ReadSegment(bytes, Query) returns the matching series (labels sorted,

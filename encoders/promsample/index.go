@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"math/bits"
 )
 
 // Index is a segment's index: the archive stores it as the segment's
@@ -109,6 +110,35 @@ func (x *Index) AppendBinary(b []byte) ([]byte, error) {
 	}
 	return b, nil
 }
+
+// encodedLen is len(AppendBinary(nil)): the writer sizes the index's
+// buffer once (grown by appends, copying it was a tenth of a seal's CPU).
+func (x *Index) encodedLen() int {
+	n := 1 + varintLen(x.MinT) + varintLen(x.MaxT) + uvarintLen(uint64(x.Samples)) + uvarintLen(uint64(x.Histograms)) +
+		uvarintLen(uint64(x.Exemplars)) + uvarintLen(uint64(x.Series)) + uvarintLen(uint64(len(x.Metrics)))
+	for _, m := range x.Metrics {
+		n += uvarintLen(uint64(len(m))) + len(m)
+	}
+	n += uvarintLen(uint64(len(x.RowGroups)))
+	for _, g := range x.RowGroups {
+		n += uvarintLen(uint64(g.Rows)) + uvarintLen(uint64(g.Series)) + varintLen(g.MinT) + varintLen(g.MaxT) +
+			uvarintLen(uint64(g.FirstMetric)) + uvarintLen(uint64(g.LastMetric-g.FirstMetric))
+	}
+	if x.Table != nil {
+		n += 8 + uvarintLen(uint64(len(x.PageSums)))
+		for _, sums := range x.PageSums {
+			n += uvarintLen(uint64(len(sums))) + 8*len(sums)
+		}
+		n += x.Table.encodedLen()
+	}
+	return n
+}
+
+// uvarintLen is len(binary.AppendUvarint(nil, v)).
+func uvarintLen(v uint64) int { return (bits.Len64(v|1) + 6) / 7 }
+
+// varintLen is len(binary.AppendVarint(nil, v)).
+func varintLen(v int64) int { return uvarintLen(uint64(v<<1) ^ uint64(v>>63)) }
 
 // Summary returns the index without its series table: what a segment's
 // footer carries (format 1), small enough to parse on every open.

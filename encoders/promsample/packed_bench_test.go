@@ -23,7 +23,7 @@ func BenchmarkPackedSamples(b *testing.B) {
 		for _, s := range in {
 			p.add(&a, s.T, s.V)
 		}
-		out = p.unpack(out[:0])
+		out = p.unpack(&a, out[:0])
 	}
 	if len(out) != len(in) || out[len(out)-1] != in[len(in)-1] {
 		b.Fatalf("round trip: %d samples, last %v", len(out), out[len(out)-1])

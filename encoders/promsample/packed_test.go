@@ -2,9 +2,12 @@ package promsample
 
 import (
 	"bytes"
+	"encoding/binary"
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/prometheus/prometheus/model/labels"
 )
 
 func TestPackedSamplesRoundTripBitExact(t *testing.T) {
@@ -42,22 +45,19 @@ func TestPackedSamplesRoundTripBitExact(t *testing.T) {
 			for _, s := range in {
 				want = append(want, Sample{T: -s.T, V: -s.V})
 			}
-			if diff := diffSamples(q.unpack(nil), want); diff != "" {
+			if diff := diffSamples(q.unpack(&a, nil), want); diff != "" {
 				t.Fatalf("the other series: %s", diff)
 			}
 			if int(p.n) != len(in) {
 				t.Fatalf("n = %d, want %d", p.n, len(in))
 			}
-			got := p.unpack([]Sample{{T: 1, V: 2}})
+			got := p.unpack(&a, []Sample{{T: 1, V: 2}})
 			if d := diffSamples(got[1:], in); d != "" || got[0] != (Sample{T: 1, V: 2}) {
 				t.Fatalf("unpack: %s (prefix %v)", d, got[0])
 			}
 			// A steady scrape of a counter: one byte of timestamp and a
 			// few of value, against 16 in a []Sample.
-			size := len(p.cur)
-			for _, c := range p.chunks {
-				size += len(c)
-			}
+			size := packedBytes(&a, &p)
 			if name == "steady counter" && size > 4*len(in) {
 				t.Errorf("packed %d steady samples into %d bytes, want at most 4 each", len(in), size)
 			}
@@ -82,7 +82,7 @@ func TestPackedSamplesOrderedAndSpan(t *testing.T) {
 		for _, ts := range c.ts {
 			p.add(&a, ts, 1)
 		}
-		if lo, hi := p.span(); p.ordered != c.ordered || lo != c.min || hi != c.max {
+		if lo, hi := p.span(&a); p.ordered != c.ordered || lo != c.min || hi != c.max {
 			t.Errorf("%v: ordered %v [%d, %d], want %v [%d, %d]", c.ts, p.ordered, lo, hi, c.ordered, c.min, c.max)
 		}
 	}
@@ -100,7 +100,7 @@ func TestPackingCollectorWritesWhatAPlainOneWrites(t *testing.T) {
 				c.add(&batches[j])
 			}
 			series, meta := c.finish()
-			data, _, err := (&Encoder{Opts: Options{RowGroupRows: []int{0, 2, 9}[seed%3]}}).write(series, nil, meta, 0)
+			data, _, err := (&Encoder{Opts: Options{RowGroupRows: []int{0, 2, 9}[seed%3]}}).write(c, series, meta, 0)
 			if err != nil {
 				t.Fatalf("seed %d: %v", seed, err)
 			}
@@ -109,5 +109,66 @@ func TestPackingCollectorWritesWhatAPlainOneWrites(t *testing.T) {
 		if !bytes.Equal(segs[0], segs[1]) {
 			t.Fatalf("seed %d: packed collector wrote a different segment (%d vs %d bytes)", seed, len(segs[1]), len(segs[0]))
 		}
+	}
+}
+
+// packedBytes returns the bytes of the chunks p took, following their links.
+func packedBytes(a *packArena, p *packedSamples) int {
+	if p.n == 0 {
+		return 0
+	}
+	size := 0
+	addr := p.first
+	for l := uint8(0); ; l++ {
+		size += packChunkSize(l)
+		if addr == p.cur {
+			return size
+		}
+		addr = binary.LittleEndian.Uint32(a.bytes(addr, packChunkSize(l)))
+	}
+}
+
+// A seal's series of a few samples takes one chunk; a longer one takes
+// chunks of growing size, each filled before the next is cut.
+func TestPackedSamplesChunks(t *testing.T) {
+	for _, c := range []struct {
+		samples, chunks int
+	}{
+		{1, 1}, {4, 1}, {16, 2}, {200, 5}, {2000, 11}, // 32, 32, 32+64, ... +512, ... +6*1024 bytes
+	} {
+		var a packArena
+		var p packedSamples
+		var in []Sample
+		for i := range c.samples {
+			s := Sample{T: 1_700_000_000_000 + int64(i)*15_000 + int64(i*7%21), V: float64(1_000_000 + i*37 + i%5)}
+			in = append(in, s)
+			p.add(&a, s.T, s.V)
+		}
+		if d := diffSamples(p.unpack(&a, nil), in); d != "" {
+			t.Fatalf("%d samples: %s", c.samples, d)
+		}
+		chunks := 1
+		for addr := p.first; addr != p.cur; chunks++ {
+			addr = binary.LittleEndian.Uint32(a.bytes(addr, packChunkSize(uint8(chunks-1))))
+		}
+		if chunks != c.chunks {
+			t.Errorf("%d samples in %d chunks (%d bytes), want %d", c.samples, chunks, packedBytes(&a, &p), c.chunks)
+		}
+	}
+}
+
+// An arena that cannot address another chunk drops the sample and says
+// so; the encoder then fails instead of writing a segment without it.
+func TestPackArenaFull(t *testing.T) {
+	c := newPackingCollector()
+	c.arena.slabs = make([][]byte, maxPackSlabs) // every address in use
+	c.arena.used = packSlab
+	c.add(&Batch{Series: []Series{{Labels: labels.FromStrings("__name__", "m"), Samples: []Sample{{T: 1, V: 1}}}}})
+	if c.arena.err == nil {
+		t.Fatal("a full arena took a chunk")
+	}
+	series, meta := c.finish()
+	if _, _, err := (&Encoder{}).write(c, series, meta, 0); err == nil {
+		t.Fatal("a segment was written without the dropped sample")
 	}
 }

@@ -65,11 +65,13 @@ func ReadRows(rows []archive.Row, q Query) ([]Series, error) {
 	}
 	series, _ := c.finish()
 	var out []Series
+	var b labels.ScratchBuilder
 	for _, s := range series {
-		if !q.matches(s.lbls) {
+		ls := s.labels(c.symbols, &b)
+		if !q.matches(ls) {
 			continue
 		}
-		r := Series{Labels: s.lbls, Samples: inRange(s.samples, q), Histograms: histInRange(s.hists, q), Exemplars: exInRange(s.exemplars, q)}
+		r := Series{Labels: ls, Samples: inRange(s.samples, q), Histograms: histInRange(s.hists, q), Exemplars: exInRange(s.exemplars, q)}
 		if len(r.Samples)+len(r.Histograms)+len(r.Exemplars) > 0 {
 			out = append(out, r)
 		}

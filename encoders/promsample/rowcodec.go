@@ -294,10 +294,12 @@ func decompressRow(buf *[]byte, row []byte) ([]byte, error) {
 // every request) costs one map lookup, not a string per label, a
 // labels.Labels and its byte key. Not safe for concurrent use.
 type rowCollector struct {
-	c      *collector
-	raw    []byte
-	strID  map[string]uint32      // interned string -> id
-	strs   []string               // id -> string
+	c   *collector
+	raw []byte
+	// symtab is the collector's string table (strID, strs): a row's
+	// strings are interned there, so a label string is copied out of the
+	// rows once, and the collector keeps that copy.
+	*symtab
 	local  []uint32               // this row's string table -> ids
 	series map[string]*seriesData // uvarint ids of a series' labels -> series
 	key    []byte
@@ -313,7 +315,7 @@ type rowCollector struct {
 }
 
 func newRowCollector(c *collector) *rowCollector {
-	return &rowCollector{c: c, strID: map[string]uint32{}, series: map[string]*seriesData{}, epochs: map[uint64][]*seriesData{}}
+	return &rowCollector{c: c, symtab: &c.syms, series: map[string]*seriesData{}, epochs: map[uint64][]*seriesData{}}
 }
 
 // add decodes one row, of either format, into the collector. On error the

@@ -36,7 +36,7 @@ func TestRowCollectorWritesWhatDecodeBatchWrites(t *testing.T) {
 			c.add(&b)
 		}
 		series, meta := c.finish()
-		data, idx, err := e.write(series, nil, meta, 0)
+		data, idx, err := e.write(c, series, meta, 0)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -337,10 +337,7 @@ func TestEncodeLeavesTheOpenEpochLive(t *testing.T) {
 		c.addSeries(s)
 	}
 	merged, _ := c.finish()
-	var out []Series
-	for _, s := range merged {
-		out = append(out, Series{Labels: s.lbls, Samples: s.samples, Histograms: s.hists, Exemplars: s.exemplars})
-	}
+	out := c.output(merged)
 	if d := diffSeries(out, expected(batches, all)); d != "" {
 		t.Fatal(d)
 	}

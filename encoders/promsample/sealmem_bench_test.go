@@ -144,7 +144,8 @@ func liveHeap() uint64 {
 //   - ns/series and alloc-B/series: the timed loop, over b.N encodes.
 //   - peak-live-B/series: one more encode, with the encoder's probe forcing
 //     a collection at each of its fullest points (rows collected, series
-//     canonical, segment written, index built) and reading the live heap
+//     canonical, row groups written, segment written, index built) and
+//     reading the live heap
 //     (runtime/metrics /gc/heap/live:bytes, exact right after a GC); the
 //     largest, minus the live heap before the encode (which holds the
 //     benchmark's rows), is what the encode itself holds live. The rows are

@@ -93,55 +93,65 @@ func (h *SeriesHasher) Sum() uint64 { return h.d.Sum64() }
 
 var sep = []byte{0xff}
 
-// newSeriesTable builds the table of series (canonical order; a series cut
-// into consecutive pieces by splitLongSeries is one entry). symbols, when
-// not nil, are the series' strings sorted, and every series' pairs index
-// them (collector.finish): the table takes both as they are. Otherwise it
-// numbers the strings itself.
+// newSeriesTable builds the table of series: canonical, distinct (the
+// collector's, before splitLongSeries cuts any into pieces). symbols are
+// the series' strings sorted, and every series' pairs index them
+// (collector.finish); the table takes both as they are. Each series'
+// pairs then point into the table's copy, so the collector's (cut from
+// its slabs) are garbage: the table does not hold a second copy of every
+// series' labels while the segment is written.
 func newSeriesTable(series []*seriesData, symbols []string) *SeriesTable {
-	if symbols == nil {
-		symbols = rankSeriesStrings(series)
+	// Sized once: a row per series, and every series' pairs.
+	npairs := 0
+	for _, s := range series {
+		npairs += len(s.pairs)
 	}
-	t := &SeriesTable{Symbols: symbols}
-	t.off = append(t.off, 0)
-	for i, s := range series {
-		if i > 0 && slices.Equal(series[i-1].pairs, s.pairs) {
-			t.Rows[len(t.Rows)-1] += uint32(s.numRows())
-			continue
-		}
-		t.pairs = append(t.pairs, s.pairs...)
+	t := &SeriesTable{Symbols: symbols, pairs: make([]uint32, 0, npairs), off: make([]uint32, 1, len(series)+1),
+		Rows: make([]uint32, 0, len(series)), Hashes: make([]uint64, 0, len(series))}
+	var h SeriesHasher
+	for _, s := range series {
+		at := len(t.pairs)
+		t.pairs = append(t.pairs, s.pairs...) // within its capacity: earlier series' pairs stay where they point
 		t.off = append(t.off, uint32(len(t.pairs)))
 		t.Rows = append(t.Rows, uint32(s.numRows()))
-		t.Hashes = append(t.Hashes, SeriesHash(s.lbls))
+		h.Reset()
+		for j := 0; j+1 < len(s.pairs); j += 2 {
+			h.Add(symbols[s.pairs[j]], symbols[s.pairs[j+1]])
+		}
+		t.Hashes = append(t.Hashes, h.Sum()) // SeriesHash of its labels
+		s.pairs = t.pairs[at:len(t.pairs):len(t.pairs)]
 	}
 	return t
 }
 
-// rankSeriesStrings returns the sorted distinct strings of series' labels
-// and sets each series' pairs to its labels' indexes into them.
-func rankSeriesStrings(series []*seriesData) []string {
-	syms := map[string]uint32{}
-	for _, s := range series {
-		s.lbls.Range(func(l labels.Label) {
-			syms[l.Name] = 0
-			syms[l.Value] = 0
-		})
+// encodedLen is len(t.appendBinary(nil)).
+func (t *SeriesTable) encodedLen() int {
+	n := uvarintLen(uint64(len(t.Symbols)))
+	for _, s := range t.Symbols {
+		n += uvarintLen(uint64(len(s))) + len(s)
 	}
-	symbols := make([]string, 0, len(syms))
-	for s := range syms {
-		symbols = append(symbols, s)
+	n += uvarintLen(uint64(len(t.Rows)))
+	var prev []uint32
+	for i := range t.Rows {
+		p := t.Pairs(i)
+		shared := sharedPairs(p, prev)
+		n += uvarintLen(uint64(shared/2)) + uvarintLen(uint64((len(p)-shared)/2))
+		for _, id := range p[shared:] {
+			n += uvarintLen(uint64(id))
+		}
+		n += uvarintLen(uint64(t.Rows[i])) + 8
+		prev = p
 	}
-	slices.Sort(symbols)
-	for i, s := range symbols {
-		syms[s] = uint32(i)
+	return n
+}
+
+// sharedPairs returns how many leading ids p and prev share, whole pairs.
+func sharedPairs(p, prev []uint32) int {
+	shared := 0
+	for shared+1 < len(p) && shared+1 < len(prev) && p[shared] == prev[shared] && p[shared+1] == prev[shared+1] {
+		shared += 2
 	}
-	for _, s := range series {
-		s.pairs = s.pairs[:0]
-		s.lbls.Range(func(l labels.Label) {
-			s.pairs = append(s.pairs, syms[l.Name], syms[l.Value])
-		})
-	}
-	return symbols
+	return shared
 }
 
 func (t *SeriesTable) appendBinary(b []byte) []byte {
@@ -154,10 +164,7 @@ func (t *SeriesTable) appendBinary(b []byte) []byte {
 	var prev []uint32
 	for i := range t.Rows {
 		p := t.Pairs(i)
-		shared := 0
-		for shared+1 < len(p) && shared+1 < len(prev) && p[shared] == prev[shared] && p[shared+1] == prev[shared+1] {
-			shared += 2
-		}
+		shared := sharedPairs(p, prev)
 		b = binary.AppendUvarint(b, uint64(shared/2))
 		b = binary.AppendUvarint(b, uint64((len(p)-shared)/2))
 		for _, id := range p[shared:] {

@@ -1,27 +1,38 @@
 package promsample
 
 import (
+	"cmp"
 	"math/rand/v2"
 	"reflect"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"unsafe"
 
+	"github.com/cespare/xxhash/v2"
 	"github.com/prometheus/prometheus/model/labels"
 )
 
-// compareByName is the order a segment's series are in: metric name, then
-// labels.Compare. sortSeries must give exactly it.
-func compareByName(a, b *seriesData) int {
-	if c := strings.Compare(a.name, b.name); c != 0 {
-		return c
-	}
-	return labels.Compare(a.lbls, b.lbls)
+// sortedByName returns sets in the order a segment's series are in:
+// metric name, then labels.Compare. sortSeries must give exactly it.
+func sortedByName(sets []labels.Labels) []labels.Labels {
+	out := slices.Clone(sets)
+	slices.SortFunc(out, func(a, b labels.Labels) int {
+		return cmp.Or(strings.Compare(a.Get(labels.MetricName), b.Get(labels.MetricName)), labels.Compare(a, b))
+	})
+	return out
 }
 
-func seriesFor(ls labels.Labels) *seriesData {
-	return &seriesData{lbls: ls, name: ls.Get(labels.MetricName)}
+// collected returns a finished collector of one sample for each label set,
+// and its series.
+func collected(sets []labels.Labels) (*collector, []*seriesData) {
+	c := newPackingCollector()
+	for _, ls := range sets {
+		c.add(&Batch{Series: []Series{{Labels: ls, Samples: []Sample{{T: 1, V: 1}}}}})
+	}
+	series, _ := c.finish()
+	return c, series
 }
 
 func TestSortSeriesIsNameThenLabels(t *testing.T) {
@@ -99,26 +110,49 @@ func TestSortSeriesRandomLabelSets(t *testing.T) {
 
 func checkSortSeries(t *testing.T, sets []labels.Labels) {
 	t.Helper()
-	var got, want []*seriesData
-	for _, ls := range sets {
-		got = append(got, seriesFor(ls))
-		want = append(want, seriesFor(ls))
+	c, series := collected(sets)
+	want := sortedByName(sets)
+	got := c.output(series)
+	if len(got) != len(want) {
+		t.Fatalf("%d series, want %d", len(got), len(want))
 	}
-	sortSeries(got)
-	slices.SortFunc(want, compareByName)
 	for i := range want {
-		if !labels.Equal(got[i].lbls, want[i].lbls) {
+		if !labels.Equal(got[i].Labels, want[i]) {
 			var g, w []string
 			for i := range got {
-				g, w = append(g, got[i].lbls.String()), append(w, want[i].lbls.String())
+				g, w = append(g, got[i].Labels.String()), append(w, want[i].String())
 			}
 			t.Fatalf("order differs at %d:\n got %q\nwant %q", i, g, w)
 		}
 	}
 }
 
-// The series table built from the sort's ranks is the one numbering the
-// strings afresh gives.
+// freshSeriesTable builds the series table of sets (in segment order, one
+// row each) by numbering their strings afresh.
+func freshSeriesTable(sets []labels.Labels) *SeriesTable {
+	ids := map[string]uint32{}
+	for _, ls := range sets {
+		ls.Range(func(l labels.Label) { ids[l.Name], ids[l.Value] = 0, 0 })
+	}
+	t := &SeriesTable{off: []uint32{0}}
+	for s := range ids {
+		t.Symbols = append(t.Symbols, s)
+	}
+	slices.Sort(t.Symbols)
+	for i, s := range t.Symbols {
+		ids[s] = uint32(i)
+	}
+	for _, ls := range sets {
+		ls.Range(func(l labels.Label) { t.pairs = append(t.pairs, ids[l.Name], ids[l.Value]) })
+		t.off = append(t.off, uint32(len(t.pairs)))
+		t.Rows = append(t.Rows, 1)
+		t.Hashes = append(t.Hashes, SeriesHash(ls))
+	}
+	return t
+}
+
+// The series table built from the collector's ranks is the one numbering
+// the strings afresh gives.
 func TestSeriesTableFromTheSortsRanks(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 5))
 	var sets []labels.Labels
@@ -126,21 +160,56 @@ func TestSeriesTableFromTheSortsRanks(t *testing.T) {
 		sets = append(sets, labels.FromStrings("__name__", []string{"a", "b_total", "up"}[rng.IntN(3)],
 			"id", strconv.Itoa(i*7%500), "instance", "host-"+strconv.Itoa(i%7), "job", []string{"api", "db"}[i%2]))
 	}
-	var ranked, fresh []*seriesData
-	for _, ls := range sets {
-		sd := seriesFor(ls)
-		sd.samples = []Sample{{T: 1, V: 1}}
-		ranked = append(ranked, sd)
-	}
-	symbols := sortSeries(ranked)
-	for _, sd := range ranked {
-		fresh = append(fresh, &seriesData{lbls: sd.lbls, name: sd.name, samples: sd.samples})
-	}
-	got, want := newSeriesTable(ranked, symbols), newSeriesTable(fresh, nil)
+	c, series := collected(sets)
+	got, want := newSeriesTable(series, c.symbols), freshSeriesTable(sortedByName(sets))
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("series table from the sort's ranks differs:\n got %+v\nwant %+v", got, want)
 	}
 	if len(want.Rows) != len(sets) || len(want.Symbols) == 0 {
 		t.Fatalf("table of %d series, %d symbols; want %d series", len(want.Rows), len(want.Symbols), len(sets))
+	}
+}
+
+// Label sets whose ids hash alike are still told apart, and each is found
+// again, however many share a hash, across the index's growths.
+func TestCollectorSeriesOfCollidingHashes(t *testing.T) {
+	c := newCollector()
+	var ids [][]uint32
+	var got []*seriesData
+	seen := map[*seriesData]bool{}
+	hash := func(i int) uint64 {
+		switch i % 3 {
+		case 0:
+			return 42 // one tag for a third of them
+		case 1:
+			return 7<<32 | uint64(i) // another tag, other low bits
+		}
+		return xxhash.Sum64(idBytes(ids[i]))
+	}
+	for i := range 3000 { // a few growths of the index (1024 slots first)
+		ids = append(ids, []uint32{c.syms.id("__name__"), c.syms.id("m"), c.syms.id("id"), c.syms.id(strconv.Itoa(i))})
+		sd := c.seriesOfHashed(ids[i], hash(i))
+		if seen[sd] {
+			t.Fatalf("label set %d got the series of another", i)
+		}
+		seen[sd] = true
+		got = append(got, sd)
+	}
+	for i := range ids {
+		if sd := c.seriesOfHashed(ids[i], hash(i)); sd != got[i] {
+			t.Fatalf("label set %d: a second lookup found another series", i)
+		}
+	}
+	series, _ := c.finish()
+	if len(series) != len(ids) {
+		t.Fatalf("%d series, want %d", len(series), len(ids))
+	}
+}
+
+// A slab of series is whole pages: an allocation above 32 KiB is rounded
+// up to them, and a seal holds hundreds of slabs.
+func TestSeriesSlabIsWholePages(t *testing.T) {
+	if size := unsafe.Sizeof(seriesData{}) * seriesSlab; size%8192 != 0 {
+		t.Fatalf("a slab of %d series is %d bytes, %d into its last page", seriesSlab, size, size%8192)
 	}
 }
