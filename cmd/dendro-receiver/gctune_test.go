@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-func TestGCTargetFollowsTheLiveHeapWithHysteresis(t *testing.T) {
+func TestGCTargetFollowsTheLiveHeap(t *testing.T) {
 	for _, c := range []struct {
 		live uint64
 		cur  int
@@ -18,7 +18,14 @@ func TestGCTargetFollowsTheLiveHeapWithHysteresis(t *testing.T) {
 		{gcSmallBelow, gcPercentLarge, gcPercentLarge}, // between: unchanged
 		{gcLargeAbove - 1, gcPercentSmall, gcPercentSmall},
 		{gcLargeAbove, gcPercentSmall, gcPercentLarge},
-		{1 << 30, gcPercentSmall, gcPercentLarge},
+		{gcLargeAbove + 1, gcPercentLarge, gcPercentLarge}, // the headroom stays 64 MiB, in steps of 10
+		{90 << 20, gcPercentLarge, 70},
+		{80 << 20, gcPercentLarge, 80},
+		{100 << 20, 80, 60},
+		{2 * gcLargeAbove, gcPercentLarge, gcPercentFloor},
+		{1 << 30, gcPercentSmall, gcPercentFloor}, // a million series' index and seals
+		{gcSmallBelow, 60, 60},                    // between: unchanged
+		{20 << 20, gcPercentFloor, gcPercentSmall},
 	} {
 		if got := gcTarget(c.live, c.cur); got != c.want {
 			t.Errorf("gcTarget(%d MiB, %d) = %d, want %d", c.live>>20, c.cur, got, c.want)
