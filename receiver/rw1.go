@@ -218,9 +218,9 @@ var errLateLabels = errors.New("label after the label prefix")
 // validated and the set added to the index.
 func (v *v1Decoder) series(idx int, b []byte) error {
 	o := seriesOffsets{s0: len(v.samples), h0: len(v.hists), e0: len(v.exs)}
-	key := labelPrefix(b)
-	if ref := v.known(key); ref != 0 {
-		err := v.seriesFields(idx, b[len(key):], o, ref)
+	n, ref := v.known(b)
+	if ref != 0 {
+		err := v.seriesFields(idx, b[n:], o, ref)
 		if err != errLateLabels {
 			v.follow(ref, err)
 			return err
@@ -231,25 +231,39 @@ func (v *v1Decoder) series(idx int, b []byte) error {
 	return err
 }
 
-// known returns the known series the label fields key name, or 0.
-func (v *v1Decoder) known(key []byte) seriesindex.Ref {
+// known reads the leading run of well-formed label fields of a
+// TimeSeries b (Prometheus writes every label before any other field) and
+// returns its length in bytes and the known series they name, or 0. One
+// pass: the run's extent and its labels are read together. A label field
+// whose Label does not parse still belongs to the run, but no series is
+// known by it.
+func (v *v1Decoder) known(b []byte) (n int, ref seriesindex.Ref) {
 	v.wire = v.wire[:0]
-	for rest := key; len(rest) > 0; {
-		_, _, r, err := field(rest)
-		if err != nil {
-			return 0
+	ok := true
+	for rest := b; len(rest) > 0; {
+		num, typ, r, err := field(rest)
+		if err != nil || num != 1 || typ != wireBytes {
+			break
 		}
 		var sub []byte
 		if sub, rest, err = bytesField(r); err != nil {
-			return 0
+			break
+		}
+		n = len(b) - len(rest)
+		if !ok {
+			continue
 		}
 		name, value, err := label(sub)
 		if err != nil {
-			return 0
+			ok = false
+			continue
 		}
 		v.wire = append(v.wire, wireLabel{Name: name, Value: value})
 	}
-	return knownSeries(v.x, v.prev, v.wire, v.scheme == model.LegacyValidation, &v.hasher)
+	if !ok {
+		return n, 0
+	}
+	return n, knownSeries(v.x, v.prev, v.wire, v.scheme == model.LegacyValidation, &v.hasher)
 }
 
 // follow records ref as the request's series after v.prev.
@@ -261,23 +275,6 @@ func (v *v1Decoder) follow(ref seriesindex.Ref, err error) {
 		v.x.SetNext(v.prev, ref)
 	}
 	v.prev = ref
-}
-
-// labelPrefix returns the leading run of well-formed label fields of a
-// TimeSeries.
-func labelPrefix(b []byte) []byte {
-	n := 0
-	for rest := b; len(rest) > 0; {
-		num, typ, r, err := field(rest)
-		if err != nil || num != 1 || typ != wireBytes {
-			break
-		}
-		if _, rest, err = bytesField(r); err != nil {
-			break
-		}
-		n = len(b) - len(rest)
-	}
-	return b[:n]
 }
 
 // seriesFields decodes the fields of a TimeSeries. With ref, b follows the
