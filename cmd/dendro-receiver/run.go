@@ -482,6 +482,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, procs int
 		ing.SealDue(bg)
 		err := api.Queryable().Warm(bg)
 		if err == nil {
+			if err := api.WarmEngine(bg); err != nil && bg.Err() == nil {
+				logger.Debug("warming the query engine", "err", err)
+			}
 			logger.Info("indexed the archive: ready", "series", series.Len(), "took", time.Since(started).Round(time.Millisecond))
 			wg.Add(1) // while this goroutine's count holds wg above zero
 			go func() { defer wg.Done(); api.Queryable().Follow(bg, followEvery) }()
