@@ -2,9 +2,10 @@ package seriesindex
 
 import "sync/atomic"
 
-// arena holds every series' label pairs, encoded (appendPairs), in chunks
-// of bytes that never move: a series' pairs are named by a 32-bit offset,
-// chunk<<arenaBits | byte, so an entry holds no pointer and neither entries
+// arena holds every series' label pairs, encoded (a uvarint count of
+// labels, then appendPairs), in chunks of bytes that never move: a
+// series' pairs are named by a 64-bit offset, chunk<<arenaBits | byte, so
+// an entry holds no pointer and neither entries
 // nor chunks are scanned by the garbage collector (a []uint32 per series
 // cost its 48 bytes, a heap object, and a pointer in the entry to scan).
 //
@@ -13,14 +14,16 @@ import "sync/atomic"
 // its removal (the space goes back only when its Ref is reused, see
 // release). alloc and release run under Index.mu.
 //
-// The offsets limit the pairs of the series alive at once to 4 GiB:
-// ~300 M series of rwload's 13 bytes, beyond the index's other limits.
+// Offsets are 64-bit because the end only grows: a removed series' space
+// is reused only by a series of the same encoded length, so under churn
+// of varied label sets the end moves on, and 32 bits (4 GiB) would wrap
+// into live series' labels after long enough.
 type arena struct {
 	// chunks: the slice is replaced, never modified, when it grows; a
 	// chunk is written only at offsets not yet handed out.
 	chunks atomic.Pointer[[][]byte]
-	end    uint32              // the next offset never handed out
-	free   map[uint32][]uint32 // released space: length -> offsets
+	end    uint64              // the next offset never handed out
+	free   map[uint32][]uint64 // released space: length -> offsets
 	// freeBytes is the space on free; lost the bytes skipped at the end
 	// of a chunk that could not hold the next series' pairs.
 	freeBytes, lost int64
@@ -34,19 +37,19 @@ const (
 
 func (a *arena) init() {
 	a.chunks.Store(&[][]byte{})
-	a.free = map[uint32][]uint32{}
+	a.free = map[uint32][]uint64{}
 }
 
 // at returns the bytes from off to the end of its chunk (or of the
 // allocation a large series spans).
-func (a *arena) at(off uint32) []byte {
+func (a *arena) at(off uint64) []byte {
 	return (*a.chunks.Load())[off>>arenaBits][off&arenaMask:]
 }
 
 // alloc returns n bytes of space, a released one of the same length if
 // there is one: series of one shape encode to the same length, so what a
 // removed series gave back a later one takes.
-func (a *arena) alloc(n int) (uint32, []byte) {
+func (a *arena) alloc(n int) (uint64, []byte) {
 	if n == 0 {
 		return 0, nil
 	}
@@ -69,7 +72,7 @@ func (a *arena) alloc(n int) (uint32, []byte) {
 		// of this chunk (lost) and start a new one, n bytes long at least.
 		if inner != 0 {
 			a.lost += int64(arenaChunk - inner)
-			a.end += uint32(arenaChunk - inner)
+			a.end += uint64(arenaChunk - inner)
 		}
 		size := max(arenaChunk, (n+arenaMask)&^arenaMask)
 		buf := make([]byte, size)
@@ -84,7 +87,7 @@ func (a *arena) alloc(n int) (uint32, []byte) {
 		cs = grown
 	}
 	off := a.end
-	a.end += uint32(n)
+	a.end += uint64(n)
 	if n > arenaChunk {
 		// The rest of a large series' allocation is its own.
 		rest := (a.end+arenaMask)&^arenaMask - a.end
@@ -97,7 +100,7 @@ func (a *arena) alloc(n int) (uint32, []byte) {
 // release gives back the n bytes at off. The caller guarantees nothing
 // reads them any more: their series' Ref is being reused, so ReuseAfter
 // has passed since its removal.
-func (a *arena) release(off uint32, n int) {
+func (a *arena) release(off uint64, n int) {
 	if n == 0 {
 		return
 	}
@@ -113,7 +116,7 @@ func (a *arena) bytes() int64 {
 // Label pairs are encoded as the uvarints of their symbol ids, name then
 // value, in label order. Ids are dense and the most frequent strings are
 // interned first, so label names and common values take a byte each:
-// rwload's six labels take 13 bytes where uint32s took 48.
+// rwload's six labels take 13 bytes where uint32s took 48 (14 with the count).
 
 // appendPairs appends the encoding of pairs (name, value, name, ...).
 func appendPairs(dst []byte, pairs []uint32) []byte {

@@ -2,6 +2,7 @@ package seriesindex
 
 import (
 	"bytes"
+	"encoding/binary"
 	"math"
 	"math/rand/v2"
 	"reflect"
@@ -53,7 +54,7 @@ func TestArenaAlloc(t *testing.T) {
 	var a arena
 	a.init()
 	type got struct {
-		off  uint32
+		off  uint64
 		data []byte
 	}
 	var all []got
@@ -209,6 +210,48 @@ func TestFindPairs(t *testing.T) {
 		pairs[11]++
 		if x.FindPairs(h, pairs) != 0 {
 			t.Fatal("FindPairs accepted another value")
+		}
+	}
+}
+
+// Offsets past 4 GiB name their own bytes: the arena's end only grows
+// (space is reused by exact length), so a long-lived index with churn of
+// varied label sets passes any 32-bit limit. The chunks below the end
+// share one buffer here, so the test needs no 4 GiB.
+func TestArenaPastFourGiB(t *testing.T) {
+	var a arena
+	a.init()
+	shared := make([]byte, arenaChunk)
+	low := make([][]byte, 1<<(32-arenaBits))
+	for i := range low {
+		low[i] = shared
+	}
+	a.chunks.Store(&low)
+	a.end = 1 << 32
+	off, b := a.alloc(3)
+	if off != 1<<32 {
+		t.Fatalf("alloc at the end 4 GiB: offset %#x, want %#x", off, uint64(1)<<32)
+	}
+	copy(b, "abc")
+	if got := string(a.at(off)[:3]); got != "abc" {
+		t.Fatalf("at(%#x) = %q, want the bytes written there", off, got)
+	}
+	if shared[0] != 0 {
+		t.Fatal("a write past 4 GiB landed in the first chunk")
+	}
+}
+
+// A series' encoding starts with its count of labels, any count.
+func TestLabelCountPrefix(t *testing.T) {
+	for _, n := range []int{0, 1, 6, 127, 128, 300} {
+		pairs := make([]uint32, 2*n)
+		for i := range pairs {
+			pairs[i] = uint32(i * 37)
+		}
+		enc := appendPairs(binary.AppendUvarint(nil, uint64(n)), pairs)
+		rest, got := labelsAt(enc)
+		if got != n || skipLen(rest, got) != len(rest) {
+			t.Fatalf("%d labels: read a count of %d, %d bytes of pairs of %d", n, got, skipLen(rest, got), len(rest))
 		}
 	}
 }

@@ -37,9 +37,9 @@
 //
 //   - A 64-byte entry, in chunks of 4,096 that never move.
 //   - The label set as symbol ids (strings are interned once), encoded as
-//     uvarints in an arena of 64 KiB chunks: names and the commonest
-//     values are interned first and take a byte, so rwload's six labels
-//     take 13 bytes. The space of a removed series is kept with its Ref
+//     uvarints after a count of labels, in an arena of 64 KiB chunks at
+//     64-bit offsets: names and the commonest values are interned first
+//     and take a byte, so rwload's six labels take 14 bytes. The space of a removed series is kept with its Ref
 //     (readers may hold that for ReuseAfter) and goes back when the Ref
 //     is reused, for the next series of the same encoded length.
 //   - An 8-byte hash-table slot (a 32-bit tag of the hash and the Ref; the

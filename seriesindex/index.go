@@ -1,6 +1,7 @@
 package seriesindex
 
 import (
+	"encoding/binary"
 	"math"
 	"sync"
 	"sync/atomic"
@@ -72,14 +73,15 @@ const (
 )
 
 // entry is one series: 64 bytes and no pointers, so the chunks are noscan
-// memory (TestEntryHasNoPointers checks it). hash, pairs and n are written
+// memory (TestEntryHasNoPointers checks it). hash and pairs are written
 // before the entry is published (by the shard lock that inserts it) and
 // never change while it is live; the rest are atomics updated by ingest
 // and reads.
 type entry struct {
-	hash  uint64
-	pairs uint32 // arena offset of the labels' (name, value) symbol ids
-	n     uint32 // labels
+	hash uint64
+	// pairs is the arena offset of the labels: their count, then the
+	// (name, value) symbol ids.
+	pairs uint64
 	loc   atomic.Uint32
 	flags atomic.Uint32
 	// minT, maxT: sample-time span (Unix ms) of the data the archive holds
@@ -179,7 +181,7 @@ func (x *Index) Add(ls labels.Labels) (ref Ref, added bool) {
 	ls.Range(func(l labels.Label) {
 		pairs = append(pairs, x.syms.intern(l.Name), x.syms.intern(l.Value))
 	})
-	enc := appendPairs(ebuf[:0], pairs)
+	enc := appendPairs(binary.AppendUvarint(ebuf[:0], uint64(len(pairs)/2)), pairs)
 	// The postings lock is held from allocating the Ref to listing it, so
 	// fresh Refs reach the posting lists in increasing order and are
 	// appended. Allocated outside it, two adds that race list theirs out
@@ -187,7 +189,7 @@ func (x *Index) Add(ls labels.Labels) (ref Ref, added bool) {
 	// every series): at a million series that made indexing quadratic.
 	// Lock order: shard, postings, x.mu.
 	x.post.mu.Lock()
-	ref = x.alloc(enc, len(pairs)/2)
+	ref = x.alloc(enc)
 	e := x.entry(ref)
 	e.hash = hash
 	e.loc.Store(0)
@@ -207,9 +209,9 @@ func (x *Index) Add(ls labels.Labels) (ref Ref, added bool) {
 	return ref, true
 }
 
-// alloc returns a free Ref whose entry holds the n labels encoded in enc
-// (its pairs and n set), growing the chunks when needed.
-func (x *Index) alloc(enc []byte, n int) Ref {
+// alloc returns a free Ref whose entry holds the labels encoded in enc
+// (its pairs set), growing the chunks when needed.
+func (x *Index) alloc(enc []byte) Ref {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	var r Ref
@@ -221,7 +223,9 @@ func (x *Index) alloc(enc []byte, n int) Ref {
 		// long. Released before, a reader holding the old Ref could see
 		// another series' labels under it.
 		e := x.entry(r)
-		x.arena.release(e.pairs, skipLen(x.pairBytes(e), int(e.n)))
+		b := x.arena.at(e.pairs)
+		rest, n := labelsAt(b)
+		x.arena.release(e.pairs, len(b)-len(rest)+skipLen(rest, n))
 	} else {
 		x.next++
 		r = x.next
@@ -235,8 +239,7 @@ func (x *Index) alloc(enc []byte, n int) Ref {
 	}
 	off, dst := x.arena.alloc(len(enc))
 	copy(dst, enc)
-	e := x.entry(r)
-	e.pairs, e.n = off, uint32(n)
+	x.entry(r).pairs = off
 	return r
 }
 
@@ -280,16 +283,19 @@ func (x *Index) Remove(refs []Ref) {
 // label order; Symbol turns an id into its string. Together they let a
 // caller compare labels without building them.
 func (x *Index) Pairs(r Ref) Pairs {
-	e := x.entry(r)
-	return Pairs{b: x.pairBytes(e), n: int(e.n)}
+	b, n := x.labels(x.entry(r))
+	return Pairs{b: b, n: n}
 }
 
-// pairBytes returns e's encoded pairs and what follows them in the arena.
-func (x *Index) pairBytes(e *entry) []byte {
-	if e.n == 0 {
-		return nil // no space: the arena may have no chunk yet
-	}
-	return x.arena.at(e.pairs)
+// labels returns e's encoded pairs (and what follows them in the arena)
+// and its number of labels.
+func (x *Index) labels(e *entry) ([]byte, int) { return labelsAt(x.arena.at(e.pairs)) }
+
+// labelsAt reads the count of labels that starts a series' encoding and
+// returns the pairs after it.
+func labelsAt(b []byte) ([]byte, int) {
+	n, rest := uvarint(b)
+	return rest, int(n)
 }
 
 // Symbol returns the string of a symbol id from Pairs.
@@ -316,14 +322,12 @@ func (x *Index) LabelsWith(r Ref, b *labels.ScratchBuilder) labels.Labels {
 
 // Equal reports whether r's labels are ls.
 func (x *Index) Equal(r Ref, ls labels.Labels) bool {
-	e := x.entry(r)
-	b := x.pairBytes(e)
+	b, left := x.labels(x.entry(r))
 	// One load of the symbols for all the labels: it follows the entry's
 	// publication (the caller found r live), so it holds r's ids.
 	syms := x.syms.table()
 	// The count is checked as ls is read, not by ls.Len, which would
 	// read ls twice.
-	left := int(e.n)
 	eq := true
 	ls.Range(func(l labels.Label) {
 		if !eq {
@@ -349,11 +353,10 @@ type Label struct{ Name, Value string }
 // decoder's comparison of the labels on the wire with a known series,
 // without building them.
 func (x *Index) EqualLabels(r Ref, ls []Label) bool {
-	e := x.entry(r)
-	if int(e.n) != len(ls) {
+	b, n := x.labels(x.entry(r))
+	if n != len(ls) {
 		return false
 	}
-	b := x.pairBytes(e)
 	syms := x.syms.table() // as in Equal
 	for _, l := range ls {
 		var n, v uint32
