@@ -582,6 +582,52 @@ func TestARestartSealsTheLiveTailItInherits(t *testing.T) {
 	}
 }
 
+// TestSealBacklogSealsPastTheRounds: a backlog larger than SealDue's
+// rounds of bounded seals can take (here eight inherited epochs, each
+// left by a run that stopped, and a seal bounded to about one) is left due
+// by SealDue and sealed by SealBacklog until nothing is due, every sample
+// still reading back.
+func TestSealBacklogSealsPastTheRounds(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "a.db")
+	const runs, perRun = 8, 2
+	ts := int64(0)
+	for range runs {
+		s := openStackWriter(t, path, archive.SealPolicy{MaxRows: 1000}, 0, archive.WriterOptions{DeferPrunes: true})
+		for range perRun {
+			ts++
+			wr := prompb.WriteRequest{Timeseries: []prompb.TimeSeries{{Labels: lbl("__name__", "m1"), Samples: []prompb.Sample{{Timestamp: ts, Value: float64(ts)}}}}}
+			if a := post(t, s.url, bytes.NewReader(encodeV1(t, &wr)), v1Headers()); a.code != http.StatusNoContent {
+				t.Fatalf("%d %s", a.code, a.body)
+			}
+		}
+		s.close(t)
+	}
+	// A seal takes whole epochs: perRun rows and the marker that closed
+	// them is one epoch, which a bound of perRun+1 rows lets through alone.
+	wopts := archive.WriterOptions{MaxSealRows: perRun + 1, DeferPrunes: true}
+	policy := archive.SealPolicy{MaxRows: 2}
+	s := openStackWriter(t, path, policy, 0, wopts)
+	applied := func() {
+		t.Helper()
+		if err := s.w.Sync(context.Background()); err != nil { // the rounds' prunes applied
+			t.Fatal(err)
+		}
+	}
+	s.ing.SealDue(context.Background())
+	applied()
+	if n := walRows(t, path); n < policy.MaxRows {
+		t.Fatalf("%d wal rows left after SealDue's %d rounds, want a backlog still due", n, maxSealRounds)
+	}
+	s.ing.SealBacklog(context.Background(), time.Minute)
+	applied()
+	if n := walRows(t, path); n >= policy.MaxRows {
+		t.Fatalf("%d wal rows left after SealBacklog, want fewer than the policy's %d", n, policy.MaxRows)
+	}
+	if got := readBack(t, path); len(got) != 1 || len(got[0].Samples) != int(ts) {
+		t.Fatalf("read back %v, want m1 with %d samples", got, ts)
+	}
+}
+
 // TestRetentionDoesNotCutAnEpoch: a retention that reaches into live rows
 // (here, one epoch that was never sealed) must not evict the epoch's first
 // rows, whose anchors its later rows need: every sample received after the

@@ -40,6 +40,10 @@ import (
 // version is set at build time with -ldflags "-X main.version=...".
 var version = ""
 
+// sealBacklogBudget bounds how long a start seals the rows an earlier run
+// left before it indexes the archive for reads (Ingester.SealBacklog).
+const sealBacklogBudget = 20 * time.Second
+
 // groupWait bounds how long a commit waits for requests still being
 // decoded. A 2,000-sample request takes ~1 ms to decode and encode; with
 // 4 senders (rwload) the wait cut the sidecar pages written 10-20% and the
@@ -474,12 +478,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, procs int
 		started := time.Now()
 		// The live rows an earlier run left fall due at once (the resume
 		// counted them into the seal accounts), and at a million series
-		// their seals take a second or two. Sealed first, Warm indexes
-		// their segments; sealed while it ran (Run's ticker), they landed
-		// after its snapshot, and the first question indexed them itself
-		// (a label-values ask 130-480 ms after a restart at 1 M series,
-		// 2 ms the second time).
-		ing.SealDue(bg)
+		// their seals take seconds. Sealed first, Warm indexes their
+		// segments; sealed while it ran or after (Run's ticker), they
+		// landed after its snapshot, and the first question indexed them
+		// itself (a label-values ask 130-480 ms after a restart at 1 M
+		// series, 2 ms the second time). The budget keeps a large backlog
+		// from holding ready back for long: Run seals the rest.
+		ing.SealBacklog(bg, sealBacklogBudget)
 		err := api.Queryable().Warm(bg)
 		if err == nil {
 			if err := api.WarmEngine(bg); err != nil && bg.Err() == nil {
