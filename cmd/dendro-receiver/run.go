@@ -42,7 +42,7 @@ var version = ""
 
 // sealBacklogBudget bounds how long a start seals the rows an earlier run
 // left before it indexes the archive for reads (Ingester.SealBacklog).
-const sealBacklogBudget = 20 * time.Second
+const sealBacklogBudget = 5 * time.Second
 
 // groupWait bounds how long a commit waits for requests still being
 // decoded. A 2,000-sample request takes ~1 ms to decode and encode; with
