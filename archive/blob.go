@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"reflect"
+	"sync"
 
 	"modernc.org/libc"
 	sqlite3 "modernc.org/sqlite/lib"
@@ -43,13 +44,113 @@ type SegmentBlob struct {
 	tx   *ReadTx
 	size int64
 	// incremental I/O
-	h   uintptr // *sqlite3_blob; 0 once closed
-	buf uintptr // C buffer of bufSize bytes
+	h   uintptr  // *sqlite3_blob; 0 once closed
+	buf *blobBuf // the C memory it reads through
 	// fallback: the whole BLOB
 	data []byte
 }
 
-const blobBufSize = 64 << 10
+const (
+	blobBufSize = 64 << 10
+	// maxIdleBlobBufs bounds the buffers a handle keeps between
+	// questions (64 KiB each).
+	maxIdleBlobBufs = 16
+)
+
+// blobBuf is the C memory one open segment uses: the buffer reads copy
+// through, the out-pointer sqlite3_blob_open fills and the names it is
+// given.
+type blobBuf struct {
+	data, pp, schema, table, column uintptr
+}
+
+func newBlobBuf(tls *libc.TLS) (*blobBuf, error) {
+	b := &blobBuf{}
+	var err error
+	for _, f := range []struct {
+		p *uintptr
+		s string
+	}{{&b.schema, "main"}, {&b.table, "segments"}, {&b.column, "bytes"}} {
+		if *f.p, err = libc.CString(f.s); err != nil {
+			b.free(tls)
+			return nil, err
+		}
+	}
+	b.pp, b.data = libc.Xmalloc(tls, 8), libc.Xmalloc(tls, blobBufSize)
+	if b.pp == 0 || b.data == 0 {
+		b.free(tls)
+		return nil, errors.New("archive: out of C memory")
+	}
+	return b, nil
+}
+
+func (b *blobBuf) free(tls *libc.TLS) {
+	for _, p := range []uintptr{b.data, b.pp, b.schema, b.table, b.column} {
+		if p != 0 {
+			libc.Xfree(tls, p)
+		}
+	}
+	*b = blobBuf{}
+}
+
+// blobBufs keeps the C memory segment reads go through, from one question
+// to the next. The driver's allocator maps any allocation over 16 KiB on
+// its own (mmap) and unmaps it when freed: with a buffer allocated per
+// segment opened, every question paid two system calls, and the unmap's
+// TLB shootdown, per segment (measured at 1 M series: ~10% of a
+// one-series query_range's CPU). The buffers are C memory the Go
+// collector does not see; Close frees them.
+type blobBufs struct {
+	mu     sync.Mutex
+	idle   []*blobBuf
+	closed bool
+}
+
+// get returns an idle buffer or a new one.
+func (p *blobBufs) get(tls *libc.TLS) (*blobBuf, error) {
+	if p != nil {
+		p.mu.Lock()
+		if n := len(p.idle); n > 0 {
+			b := p.idle[n-1]
+			p.idle = p.idle[:n-1]
+			p.mu.Unlock()
+			return b, nil
+		}
+		p.mu.Unlock()
+	}
+	return newBlobBuf(tls)
+}
+
+// put takes b back, or frees it when the pool is full or closed (or
+// there is no pool: a writer's transaction).
+func (p *blobBufs) put(tls *libc.TLS, b *blobBuf) {
+	if p != nil {
+		p.mu.Lock()
+		if !p.closed && len(p.idle) < maxIdleBlobBufs {
+			p.idle = append(p.idle, b)
+			p.mu.Unlock()
+			return
+		}
+		p.mu.Unlock()
+	}
+	b.free(tls)
+}
+
+// close frees the idle buffers; later puts free theirs at once.
+func (p *blobBufs) close() {
+	p.mu.Lock()
+	idle := p.idle
+	p.idle, p.closed = nil, true
+	p.mu.Unlock()
+	if len(idle) == 0 {
+		return
+	}
+	tls := libc.NewTLS()
+	defer tls.Close()
+	for _, b := range idle {
+		b.free(tls)
+	}
+}
 
 // OpenSegment opens one segment's bytes for reading in place; ok is false
 // when the segment is absent.
@@ -105,31 +206,17 @@ func blobHandle(dc any) (db uintptr, tls *libc.TLS, ok bool) {
 }
 
 func (b *SegmentBlob) open(tls *libc.TLS, db uintptr, rowid int64) error {
-	names := [3]string{"main", "segments", "bytes"}
-	var cs [3]uintptr
-	for i, s := range names {
-		p, err := libc.CString(s)
-		if err != nil {
-			return err
-		}
-		defer libc.Xfree(tls, p)
-		cs[i] = p
+	buf, err := b.tx.bufs.get(tls)
+	if err != nil {
+		return err
 	}
-	pp := libc.Xmalloc(tls, 8)
-	if pp == 0 {
-		return errors.New("archive: out of C memory")
-	}
-	defer libc.Xfree(tls, pp)
-	if rc := sqlite3.Xsqlite3_blob_open(tls, db, cs[0], cs[1], cs[2], rowid, 0, pp); rc != sqlite3.SQLITE_OK {
+	if rc := sqlite3.Xsqlite3_blob_open(tls, db, buf.schema, buf.table, buf.column, rowid, 0, buf.pp); rc != sqlite3.SQLITE_OK {
+		b.tx.bufs.put(tls, buf)
 		return fmt.Errorf("archive: open segment blob: %w", sqliteCodeError(tls, db, rc))
 	}
 	// The handle sqlite3_blob_open stored at pp, in the machine's order.
-	b.h = uintptr(binary.NativeEndian.Uint64(libc.GoBytes(pp, 8)))
-	if b.buf = libc.Xmalloc(tls, blobBufSize); b.buf == 0 {
-		sqlite3.Xsqlite3_blob_close(tls, b.h)
-		b.h = 0
-		return errors.New("archive: out of C memory")
-	}
+	b.h = uintptr(binary.NativeEndian.Uint64(libc.GoBytes(buf.pp, 8)))
+	b.buf = buf
 	return nil
 }
 
@@ -180,10 +267,10 @@ func (b *SegmentBlob) ReadAt(p []byte, off int64) (int, error) {
 		}
 		for n < len(p) {
 			k := min(len(p)-n, blobBufSize)
-			if rc := sqlite3.Xsqlite3_blob_read(tls, b.h, b.buf, int32(k), int32(off)+int32(n)); rc != sqlite3.SQLITE_OK {
+			if rc := sqlite3.Xsqlite3_blob_read(tls, b.h, b.buf.data, int32(k), int32(off)+int32(n)); rc != sqlite3.SQLITE_OK {
 				return fmt.Errorf("archive: read segment blob: sqlite %d", rc)
 			}
-			n += copy(p[n:], libc.GoBytes(b.buf, k))
+			n += copy(p[n:], libc.GoBytes(b.buf.data, k))
 		}
 		return nil
 	})
@@ -202,9 +289,9 @@ func (b *SegmentBlob) close(tls *libc.TLS) {
 		sqlite3.Xsqlite3_blob_close(tls, b.h)
 		b.h = 0
 	}
-	if b.buf != 0 {
-		libc.Xfree(tls, b.buf)
-		b.buf = 0
+	if b.buf != nil {
+		b.tx.bufs.put(tls, b.buf)
+		b.buf = nil
 	}
 }
 

@@ -62,3 +62,61 @@ func TestSegmentBlobIsIncremental(t *testing.T) {
 		}
 	}
 }
+
+// The C buffers segment reads go through outlive the question that used
+// them (one per segment open at once, up to a bound), and the handle's
+// Close frees them; a read after the pool closed still works and frees
+// its own.
+func TestSegmentBlobBuffersAreKeptAndFreed(t *testing.T) {
+	h, path := newHandle(t)
+	src := addSrc(t, h, map[string]string{"name": "a"})
+	payload := bytes.Repeat([]byte("dendro"), 100<<10)
+	update(t, h, func(tx *archive.WriteTx) error {
+		for seq := range int64(3) {
+			if err := tx.InsertSegment(src, "s", seq, &archive.Segment{Bytes: payload, Rows: 1, FirstTS: 1 + seq, LastTS: 1 + seq}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	a, err := archive.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := func(segs ...int64) {
+		t.Helper()
+		view(t, a, func(tx *archive.ReadTx) error {
+			for _, seq := range segs {
+				b, ok, err := tx.OpenSegment(src, "s", seq)
+				if err != nil || !ok {
+					t.Fatalf("OpenSegment(%d): %v %v", seq, ok, err)
+				}
+				p := make([]byte, 6)
+				if _, err := b.ReadAt(p, int64(len(payload)-6)); err != nil || string(p) != "dendro" {
+					t.Fatalf("ReadAt: %q %v", p, err)
+				}
+			}
+			return nil
+		})
+	}
+	for _, c := range []struct {
+		segs []int64
+		idle int
+	}{
+		{[]int64{0}, 1},
+		{[]int64{1}, 1}, // the same buffer again
+		{[]int64{0, 1, 2}, 3},
+		{[]int64{2}, 3},
+	} {
+		read(c.segs...)
+		if idle, closed := archive.IdleBlobBufsForTest(a); idle != c.idle || closed {
+			t.Fatalf("after reading %v: %d idle (closed %v), want %d", c.segs, idle, closed, c.idle)
+		}
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if idle, closed := archive.IdleBlobBufsForTest(a); idle != 0 || !closed {
+		t.Fatalf("after Close: %d idle (closed %v)", idle, closed)
+	}
+}

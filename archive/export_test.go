@@ -39,3 +39,11 @@ func WALFramesForTest(h *WriteHandle) (int64, error) {
 	err := h.conn.QueryRowContext(context.Background(), "PRAGMA wal_checkpoint(PASSIVE)").Scan(&busy, &log, &done)
 	return log, err
 }
+
+// IdleBlobBufsForTest reports the C buffers a's pool keeps between
+// questions, and whether the pool is closed.
+func IdleBlobBufsForTest(a *Archive) (idle int, closed bool) {
+	a.blobBufs.mu.Lock()
+	defer a.blobBufs.mu.Unlock()
+	return len(a.blobBufs.idle), a.blobBufs.closed
+}

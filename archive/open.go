@@ -27,6 +27,8 @@ type Archive struct {
 	pinned *sql.Conn
 	// uuidColumn caches whether sources has the uuid column (see ReadTx).
 	uuidColumn columnCache
+	// blobBufs are the C buffers segment reads go through (blob.go).
+	blobBufs blobBufs
 }
 
 // ReadOptions configures a read handle (OpenWithOptions). The zero value
@@ -178,7 +180,11 @@ func openRead(path string, immutable bool, opts ReadOptions) (*Archive, error) {
 func (a *Archive) Path() string { return a.path }
 
 // Close releases the handle's connections. It never checkpoints.
-func (a *Archive) Close() error { return a.db.Close() }
+func (a *Archive) Close() error {
+	err := a.db.Close()
+	a.blobBufs.close()
+	return err
+}
 
 // WriteHandle is the exclusive read-write handle: recovery, offline
 // maintenance and tests. It holds SQLite's exclusive lock for its whole
@@ -385,6 +391,7 @@ func (h *WriteHandle) Close() error {
 	if cerr := h.db.Close(); err == nil {
 		err = cerr
 	}
+	h.blobBufs.close()
 	if err == nil && h.exclusive {
 		err = h.tidySidecars()
 	}

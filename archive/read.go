@@ -68,6 +68,9 @@ type ReadTx struct {
 	// blobs are the segment BLOB handles opened in the snapshot, closed
 	// before it ends (see blob.go).
 	blobs []*SegmentBlob
+	// bufs is the handle's pool of their C buffers; nil (a transaction of
+	// the writer's) allocates one per segment opened.
+	bufs *blobBufs
 }
 
 // columnCache remembers the answer to one "does this column exist"
@@ -106,7 +109,7 @@ func (a *Archive) View(ctx context.Context, fn func(tx *ReadTx) error) (err erro
 	if _, err := conn.ExecContext(ctx, "BEGIN DEFERRED"); err != nil {
 		return sqlErr("archive: begin snapshot", err)
 	}
-	tx := &ReadTx{ctx: ctx, q: conn, hasUUID: &a.uuidColumn, pinned: a.pinned != nil}
+	tx := &ReadTx{ctx: ctx, q: conn, hasUUID: &a.uuidColumn, pinned: a.pinned != nil, bufs: &a.blobBufs}
 	defer func() {
 		// Always end the snapshot, even when fn panics; use a fresh context
 		// so a canceled request still releases its snapshot. BLOB handles
