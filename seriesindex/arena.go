@@ -1,13 +1,16 @@
 package seriesindex
 
-import "sync/atomic"
+import (
+	"encoding/binary"
+	"sync/atomic"
+)
 
-// arena holds every series' label pairs, encoded (a uvarint count of
-// labels, then appendPairs), in chunks of bytes that never move: a
-// series' pairs are named by a 64-bit offset, chunk<<arenaBits | byte, so
-// an entry holds no pointer and neither entries
-// nor chunks are scanned by the garbage collector (a []uint32 per series
-// cost its 48 bytes, a heap object, and a pointer in the entry to scan).
+// arena holds every series' label pairs, encoded (appendLabels: a
+// uvarint count of labels, then the pairs), in chunks of bytes that never
+// move: a series' pairs are named by a 64-bit offset, chunk<<arenaBits |
+// byte, so an entry holds no pointer and neither entries nor chunks are
+// scanned by the garbage collector (a []uint32 per series cost its 48
+// bytes, a heap object, and a pointer in the entry to scan).
 //
 // Readers take no lock: a series' bytes are written before its entry is
 // published and do not change while it is live and for ReuseAfter after
@@ -117,6 +120,25 @@ func (a *arena) bytes() int64 {
 // value, in label order. Ids are dense and the most frequent strings are
 // interned first, so label names and common values take a byte each:
 // rwload's six labels take 13 bytes where uint32s took 48 (14 with the count).
+
+// appendLabels appends a series' encoding: the uvarint count of its
+// labels, then its pairs (name, value, name, ...).
+func appendLabels(dst []byte, pairs []uint32) []byte {
+	return appendPairs(binary.AppendUvarint(dst, uint64(len(pairs)/2)), pairs)
+}
+
+// labelsAt reads the count of labels that starts a series' encoding and
+// returns the pairs after it.
+func labelsAt(b []byte) ([]byte, int) {
+	n, rest := uvarint(b)
+	return rest, int(n)
+}
+
+// encodedLen is the length of the series' encoding b starts with.
+func encodedLen(b []byte) int {
+	rest, n := labelsAt(b)
+	return len(b) - len(rest) + skipLen(rest, n)
+}
 
 // appendPairs appends the encoding of pairs (name, value, name, ...).
 func appendPairs(dst []byte, pairs []uint32) []byte {

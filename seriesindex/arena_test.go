@@ -2,7 +2,6 @@ package seriesindex
 
 import (
 	"bytes"
-	"encoding/binary"
 	"math"
 	"math/rand/v2"
 	"reflect"
@@ -248,9 +247,9 @@ func TestLabelCountPrefix(t *testing.T) {
 		for i := range pairs {
 			pairs[i] = uint32(i * 37)
 		}
-		enc := appendPairs(binary.AppendUvarint(nil, uint64(n)), pairs)
+		enc := appendLabels(nil, pairs)
 		rest, got := labelsAt(enc)
-		if got != n || skipLen(rest, got) != len(rest) {
+		if got != n || skipLen(rest, got) != len(rest) || encodedLen(append(enc, 0x7f)) != len(enc) {
 			t.Fatalf("%d labels: read a count of %d, %d bytes of pairs of %d", n, got, skipLen(rest, got), len(rest))
 		}
 	}

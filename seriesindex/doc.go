@@ -39,9 +39,10 @@
 //   - The label set as symbol ids (strings are interned once), encoded as
 //     uvarints after a count of labels, in an arena of 64 KiB chunks at
 //     64-bit offsets: names and the commonest values are interned first
-//     and take a byte, so rwload's six labels take 14 bytes. The space of a removed series is kept with its Ref
-//     (readers may hold that for ReuseAfter) and goes back when the Ref
-//     is reused, for the next series of the same encoded length.
+//     and take a byte, so rwload's six labels take 14 bytes. The space of
+//     a removed series is kept with its Ref (readers may hold that for
+//     ReuseAfter) and goes back when the Ref is reused, for the next
+//     series of the same encoded length.
 //   - An 8-byte hash-table slot (a 32-bit tag of the hash and the Ref; the
 //     entry holds the full hash) at 35-70% load: ~16 bytes.
 //   - Its Ref in the posting list of each label: 4 bytes in a short list;

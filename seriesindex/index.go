@@ -1,7 +1,6 @@
 package seriesindex
 
 import (
-	"encoding/binary"
 	"math"
 	"sync"
 	"sync/atomic"
@@ -181,7 +180,7 @@ func (x *Index) Add(ls labels.Labels) (ref Ref, added bool) {
 	ls.Range(func(l labels.Label) {
 		pairs = append(pairs, x.syms.intern(l.Name), x.syms.intern(l.Value))
 	})
-	enc := appendPairs(binary.AppendUvarint(ebuf[:0], uint64(len(pairs)/2)), pairs)
+	enc := appendLabels(ebuf[:0], pairs)
 	// The postings lock is held from allocating the Ref to listing it, so
 	// fresh Refs reach the posting lists in increasing order and are
 	// appended. Allocated outside it, two adds that race list theirs out
@@ -223,9 +222,7 @@ func (x *Index) alloc(enc []byte) Ref {
 		// long. Released before, a reader holding the old Ref could see
 		// another series' labels under it.
 		e := x.entry(r)
-		b := x.arena.at(e.pairs)
-		rest, n := labelsAt(b)
-		x.arena.release(e.pairs, len(b)-len(rest)+skipLen(rest, n))
+		x.arena.release(e.pairs, encodedLen(x.arena.at(e.pairs)))
 	} else {
 		x.next++
 		r = x.next
@@ -290,13 +287,6 @@ func (x *Index) Pairs(r Ref) Pairs {
 // labels returns e's encoded pairs (and what follows them in the arena)
 // and its number of labels.
 func (x *Index) labels(e *entry) ([]byte, int) { return labelsAt(x.arena.at(e.pairs)) }
-
-// labelsAt reads the count of labels that starts a series' encoding and
-// returns the pairs after it.
-func labelsAt(b []byte) ([]byte, int) {
-	n, rest := uvarint(b)
-	return rest, int(n)
-}
 
 // Symbol returns the string of a symbol id from Pairs.
 func (x *Index) Symbol(id uint32) string { return x.syms.get(id) }
