@@ -177,34 +177,50 @@ func (t *SeriesTable) appendBinary(b []byte) []byte {
 	return b
 }
 
-// parseSeriesTable reads a series table; failures go to r.err.
-func parseSeriesTable(r *reader) *SeriesTable {
+// parseSeriesTable reads a series table; failures go to r.err. Without
+// withLabels it checks the labels (every symbol reference in range, every
+// shared prefix no longer than the series before it had) and keeps only
+// Rows and Hashes, as DropLabels leaves a table.
+func parseSeriesTable(r *reader, withLabels bool) *SeriesTable {
 	t := &SeriesTable{}
-	n := r.count(1)
-	t.Symbols = make([]string, 0, n)
-	for i := 0; i < n && r.err == nil; i++ {
-		t.Symbols = append(t.Symbols, string(r.bytes(r.count(1))))
+	nsym := r.count(1)
+	if withLabels {
+		t.Symbols = make([]string, 0, nsym)
+	}
+	for i := 0; i < nsym && r.err == nil; i++ {
+		b := r.bytes(r.count(1))
+		if withLabels {
+			t.Symbols = append(t.Symbols, string(b))
+		}
 	}
 	ns := r.count(11) // a series takes at least 3 varints and a hash
 	t.Rows = make([]uint32, 0, ns)
 	t.Hashes = make([]uint64, 0, ns)
-	t.off = make([]uint32, 1, ns+1)
+	t.off = []uint32{0}
+	if withLabels {
+		t.off = make([]uint32, 1, ns+1)
+	}
 	var prev []uint32
+	prevLen := 0 // len(prev), which is all !withLabels keeps of it
 	for i := 0; i < ns && r.err == nil; i++ {
 		shared := r.uvarint()
-		if r.err == nil && shared > uint64(len(prev)/2) {
-			r.fail(fmt.Sprintf("series %d shares %d labels with one of %d", i, shared, len(prev)/2))
+		if r.err == nil && shared > uint64(prevLen/2) {
+			r.fail(fmt.Sprintf("series %d shares %d labels with one of %d", i, shared, prevLen/2))
 			break
 		}
 		start := len(t.pairs)
-		t.pairs = append(t.pairs, prev[:2*shared]...)
+		if withLabels {
+			t.pairs = append(t.pairs, prev[:2*shared]...)
+		}
 		k := r.count(2)
 		for j := 0; j < 2*k && r.err == nil; j++ {
 			id := r.uvarint()
-			if r.err == nil && id >= uint64(len(t.Symbols)) {
+			if r.err == nil && id >= uint64(nsym) {
 				r.fail("symbol reference out of range")
 			}
-			t.pairs = append(t.pairs, uint32(id))
+			if withLabels {
+				t.pairs = append(t.pairs, uint32(id))
+			}
 		}
 		rows := r.uvarint()
 		if r.err == nil && rows > MaxRowGroupRows*1024 {
@@ -212,6 +228,10 @@ func parseSeriesTable(r *reader) *SeriesTable {
 		}
 		t.Rows = append(t.Rows, uint32(rows))
 		t.Hashes = append(t.Hashes, r.u64())
+		prevLen = 2*int(shared) + 2*k
+		if !withLabels {
+			continue
+		}
 		t.off = append(t.off, uint32(len(t.pairs)))
 		prev = t.pairs[start:]
 		if i == 0 && r.err == nil {
@@ -231,7 +251,7 @@ func parseSeriesTable(r *reader) *SeriesTable {
 // find a series' rows (Rows, Hashes): for a reader that caches tables.
 func (t *SeriesTable) DropLabels() {
 	t.Symbols, t.pairs = nil, nil
-	t.off = t.off[:1:1]
+	t.off = []uint32{0} // not t.off[:1:1], which would keep its array
 }
 
 // Bytes is the table's memory.
