@@ -105,6 +105,21 @@ func (c *cache) put(k cacheKey, v any, size int64) {
 	}
 }
 
+// putIfFree stores v as put does if it fits beside what is held, and
+// reports whether it did; it evicts nothing.
+func (c *cache) putIfFree(k cacheKey, v any, size int64) bool {
+	if c == nil || c.maxBytes <= 0 {
+		return false
+	}
+	c.mu.Lock()
+	fits := c.bytes+size+128 <= c.maxBytes
+	c.mu.Unlock()
+	if fits {
+		c.put(k, v, size) // a put meanwhile may make it evict: as any put
+	}
+	return fits
+}
+
 // remove drops k if it is held.
 func (c *cache) remove(k cacheKey) {
 	if c == nil || c.maxBytes <= 0 {

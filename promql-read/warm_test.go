@@ -10,7 +10,7 @@ import (
 )
 
 // Warm caches the layouts of the newest segments, newest first, within a
-// quarter of the cache, so that the first questions after a restart do not
+// share of the cache and its free room, so that the first questions after a restart do not
 // each walk a segment's whole page chain to its footer.
 func TestWarmCachesTheNewestLayouts(t *testing.T) {
 	f := newFixture(t)
@@ -61,9 +61,31 @@ func TestWarmCachesTheNewestLayouts(t *testing.T) {
 	v, _ := probe.s.cache.get(cacheKey{seg: ids[0], kind: kindLayout})
 	one := v.(*promsample.SegmentLayout).Bytes()
 
-	// A quarter of the cache holds a little more than one layout: the
-	// newest, and the one after it that crosses the budget, and no more.
-	q, err := NewQueryable(f.a, Options{CacheBytes: warmLayoutShare * (one + 1)})
+	// What the five directories take, alone in a cache.
+	dirs := func(q *Queryable) int {
+		n := 0
+		for _, id := range ids {
+			if _, ok := q.s.cache.get(cacheKey{seg: id, kind: kindDir}); ok {
+				n++
+			}
+		}
+		return n
+	}
+	sized, err := NewQueryable(f.a, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sized.s.warmSegments(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	dirBytes := sized.s.cache.stats().Bytes
+	if n := dirs(sized); n != 5 {
+		t.Fatalf("%d directories cached by warmSegments, want 5", n)
+	}
+	// The share of the cache holds a little more than one layout, and the
+	// cache has room for the directories and two: the newest, and the one
+	// after it that crosses the budget, and no more.
+	q, err := NewQueryable(f.a, Options{CacheBytes: warmLayoutShare*(one+1) + dirBytes + 2*128})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,6 +96,31 @@ func TestWarmCachesTheNewestLayouts(t *testing.T) {
 	want := []bool{true, true, false, false, false}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("small cache: layouts cached %v (newest first), want %v", got, want)
+	}
+
+	// A cache with room for the directories and one layout and a half
+	// beside what something else holds (filler), whose share would take
+	// two: one layout is cached, and no directory is evicted to make room
+	// for the second.
+	const size = 40 << 10
+	tight, err := NewQueryable(f.a, Options{CacheBytes: size})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if size/warmLayoutShare < 2*one {
+		t.Fatalf("test setup: a share of %d bytes holds fewer than two layouts of %d", size, one)
+	}
+	fill := size - dirBytes - one - one/2 - 3*128 // two entries, and a layout's
+	tight.s.cache.put(cacheKey{kind: kindMetadata, metric: "filler 1"}, nil, fill/2)
+	tight.s.cache.put(cacheKey{kind: kindMetadata, metric: "filler 2"}, nil, fill-fill/2)
+	if err := tight.Warm(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := fmt.Sprint(cached(tight)), fmt.Sprint([]bool{true, false, false, false, false}); got != want {
+		t.Errorf("tight cache: layouts cached %v (newest first), want %v", got, want)
+	}
+	if n := dirs(tight); n != 5 {
+		t.Errorf("tight cache: %d of 5 directories left after Warm: layouts evicted them", n)
 	}
 
 	// No cache: nothing is warmed and Warm still succeeds.
