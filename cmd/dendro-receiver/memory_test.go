@@ -86,6 +86,30 @@ func TestTheMemoryPlanAddsUp(t *testing.T) {
 	}
 }
 
+// --query.cache-bytes=0 follows the memory limit, within its bounds; a
+// size given stands up to half of what reads may hold.
+func TestTheQueryCacheFollowsTheMemoryLimit(t *testing.T) {
+	for _, c := range []struct {
+		limit, flag, want int64
+	}{
+		{limit: 256 << 20, flag: 0, want: 32 << 20},      // reads 64 MiB: half of it, under the floor
+		{limit: 512 << 20, flag: 0, want: minQueryCache}, // reads 184 MiB: the floor, over an eighth
+		{limit: 6 << 30, flag: 0, want: (6<<30 - memFixed - memIngest - memSQLiteMax) / 2 / 8},
+		{limit: 64 << 30, flag: 0, want: (64<<30 - memFixed - memIngest - memSQLiteMax) / 2 / 8},
+		{limit: 6 << 30, flag: 1 << 30, want: 1 << 30}, // given, and under half of reads
+		{limit: 6 << 30, flag: 4 << 30, want: (6<<30 - memFixed - memIngest - memSQLiteMax) / 2 / 2},
+		{limit: 512 << 20, flag: 16 << 20, want: 16 << 20}, // given, under the floor: stands
+	} {
+		p, err := planMemory(c.limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := p.queryCache(c.flag); got != c.want {
+			t.Errorf("limit %d MiB, --query.cache-bytes %d: cache %d, want %d (reads %d)", c.limit>>20, c.flag, got, c.want, p.reads)
+		}
+	}
+}
+
 func TestGOMEMLIMITInTheEnvironmentStands(t *testing.T) {
 	before := debug.SetMemoryLimit(-1)
 	restore := applyGoMemoryLimit(1<<30, func(k string) string { return map[string]string{"GOMEMLIMIT": "2GiB"}[k] })

@@ -143,8 +143,8 @@ func parseFlags(args []string, stdout io.Writer) (*config, bool, error) {
 		Default(fmt.Sprint(promread.DefaultMaxConcurrency)).IntVar(&c.queryMaxConc)
 	app.Flag("query.timeout", "Longest a query or remote-read request may run.").Default("2m").
 		SetValue(named("query.timeout", &c.queryTimeout))
-	app.Flag("query.cache-bytes", "Memory for caching immutable segments between queries (0: default).").
-		Default("64MiB").SetValue(named("query.cache-bytes", (*bytesValue)(&c.queryCache)))
+	app.Flag("query.cache-bytes", "Memory for caching what reads need of immutable segments between queries (0: an eighth of what reads may hold under --memory.limit, at least 64MiB; at most half of it).").
+		Default("0").SetValue(named("query.cache-bytes", (*bytesValue)(&c.queryCache)))
 	addForwardFlags(app, &c.forward)
 	memDefault, memFrom := defaultMemoryLimit(os.ReadFile)
 	app.Flag("memory.limit", fmt.Sprintf("The process's memory budget: the Go runtime's soft limit, the SQLite readers' page caches "+
@@ -335,10 +335,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, procs int
 	mem, _ := planMemory(int64(c.memoryLimit))
 	defer applyGoMemoryLimit(mem.goLimit, os.Getenv)()
 	budget := membudget.New(mem.limit)
-	if qc := int64(c.queryCache); qc > mem.reads/2 {
-		logger.Warn("--query.cache-bytes is more than half of what reads may hold under --memory.limit; using that half",
-			"query.cache-bytes", c.queryCache, "memory.limit", c.memoryLimit, "cache", units.Base2Bytes(mem.reads/2))
-		c.queryCache = units.Base2Bytes(mem.reads / 2)
+	if qc := mem.queryCache(int64(c.queryCache)); qc != int64(c.queryCache) {
+		if c.queryCache != 0 {
+			logger.Warn("--query.cache-bytes is more than half of what reads may hold under --memory.limit; using that half",
+				"query.cache-bytes", c.queryCache, "memory.limit", c.memoryLimit, "cache", units.Base2Bytes(qc))
+		}
+		c.queryCache = units.Base2Bytes(qc)
 	}
 	if _, err := budget.Reserve(ctx, mem.fixed+mem.ingest+mem.sqlite+mem.gcSlack+int64(c.queryCache)); err != nil {
 		w.Close()
