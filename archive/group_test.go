@@ -28,32 +28,32 @@ func testGroupCommit(t *testing.T, withDup bool) {
 	var releaseOnce sync.Once
 	unblock := func() { releaseOnce.Do(func() { close(release) }) }
 	t.Cleanup(unblock) // a failing test must not leave the writer blocked
+	var armed atomic.Bool
 	var blockOnce sync.Once
 	entered := make(chan struct{})
-	// A compaction merge runs on the writer goroutine (a seal's encode no
-	// longer does): a merger that blocks keeps the writer busy.
-	merger := mergerFunc(func(stream string, segs []archive.StoredSegment) (*archive.Segment, int, error) {
-		blockOnce.Do(func() { close(entered); <-release }) // keep the writer busy while appends queue
-		return at.Tags{}.Merge(stream, segs)
+	// Once armed, the writer's next transaction blocks just before its
+	// commit: the writer goroutine is busy while appends queue.
+	opts := archive.WriterOptions{}
+	archive.SetFaultForTest(&opts, func(*archive.WriteTx) error {
+		if armed.Load() {
+			blockOnce.Do(func() { close(entered); <-release })
+		}
+		return nil
 	})
-	w := at.NewWriter(t, archive.WriterOptions{})
+	w := at.NewWriter(t, opts)
 	src, err := w.AddSource(ctx, archive.SourceSpec{}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, ts := range []int64{1, 2} { // two segments of "block" to merge
-		if _, err := w.AppendWait(ctx, []archive.SourceRows{{Source: src.ID(), Rows: at.Rows("block", ts)}}, false); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := w.SealWait(ctx, src.ID(), []string{"block"}); err != nil {
-			t.Fatal(err)
-		}
-	}
 	if _, err := w.AppendWait(ctx, []archive.SourceRows{{Source: src.ID(), Rows: at.Rows("dup", 5)}}, false); err != nil {
 		t.Fatal(err)
 	}
-	sealDone := make(chan error, 1)
-	go func() { _, err := w.Compact(ctx, src.ID(), "block", 10, merger); sealDone <- err }()
+	armed.Store(true)
+	blocked := make(chan error, 1)
+	go func() {
+		_, err := w.AppendWait(ctx, []archive.SourceRows{{Source: src.ID(), Rows: at.Rows("blocker", 1)}}, false)
+		blocked <- err
+	}()
 	<-entered // the writer is busy from here until release
 
 	const senders = 16
@@ -71,7 +71,7 @@ func testGroupCommit(t *testing.T, withDup bool) {
 			results[i], errs[i] = w.AppendWait(ctx, []archive.SourceRows{{Source: src.ID(), Rows: rows}}, false)
 		}(i)
 	}
-	// Release the seal only once the senders wait on the writer's channel:
+	// Release the writer only once the senders wait on its channel:
 	// one in its slot, the rest parked in a send.
 	for deadline := time.Now().Add(10 * time.Second); parkedSenders() < senders-1; {
 		if time.Now().After(deadline) {
@@ -81,7 +81,7 @@ func testGroupCommit(t *testing.T, withDup bool) {
 	}
 	unblock()
 	wg.Wait()
-	if err := <-sealDone; err != nil {
+	if err := <-blocked; err != nil {
 		t.Fatal(err)
 	}
 	for i := 0; i < senders; i++ {

@@ -142,6 +142,9 @@ func CheckEncoder(source SourceID, metadata map[string]string, enc SegmentEncode
 // fewer means "stop this run here"). The merged segment must hold every row
 // of the consumed segments: Rows equal to their sum, FirstTS of the first and
 // LastTS of the last. Its Index is stored as the merged segment's index.
+// Writer.Compact calls Merge on its caller's goroutine, while the writer's
+// encoder goroutine may be encoding a seal: a merger that is also the
+// writer's SegmentEncoder must be safe for concurrent use.
 type SegmentMerger interface {
 	Merge(stream string, segments []StoredSegment) (merged *Segment, consumed int, err error)
 }

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"strings"
@@ -502,6 +503,24 @@ func mergeRun(ctx context.Context, read func(func(*ReadTx) error) error, txn fun
 			consumed, rows, first.FirstTS, last.LastTS, merged.Rows, merged.FirstTS, merged.LastTS)}
 	}
 	err = txn(func(tx *WriteTx) error {
+		// The run must still be as it was read: Writer.Compact merges
+		// between its read and this commit, off the writer goroutine, and
+		// meanwhile retention may have evicted part of the run (merged
+		// back, it would come back to life) or another compaction merged
+		// it. Then the run is left as it now is.
+		now, err := tx.StreamSegmentMetas(source, stream)
+		if err != nil {
+			return err
+		}
+		held := make(map[int64]SegmentMeta, len(now))
+		for _, m := range now {
+			held[m.Seq] = m.SegmentMeta
+		}
+		for _, s := range full[:consumed] {
+			if m, ok := held[s.Seq]; !ok || m != s.SegmentMeta {
+				return errRunChanged
+			}
+		}
 		for _, s := range full[:consumed] {
 			if err := tx.DeleteSegment(source, stream, s.Seq); err != nil {
 				return err
@@ -509,11 +528,18 @@ func mergeRun(ctx context.Context, read func(func(*ReadTx) error) error, txn fun
 		}
 		return tx.InsertSegment(source, stream, first.Seq, merged)
 	})
+	if errors.Is(err, errRunChanged) {
+		return 0, nil
+	}
 	if err != nil {
 		return 0, err
 	}
 	return consumed, nil
 }
+
+// errRunChanged: a compaction's run changed between its read and its
+// commit; it is not merged.
+var errRunChanged = errors.New("archive: the segments being merged changed")
 
 // CompactStream compacts one stream on the write handle (see Compacted).
 func (h *WriteHandle) CompactStream(ctx context.Context, source SourceID, stream string, targetRows int64, merger SegmentMerger) (Compacted, error) {

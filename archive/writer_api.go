@@ -147,13 +147,17 @@ type (
 		ts, offsetNS int64
 		reply        chan result[struct{}]
 	}
-	msgCompact struct {
-		source     SourceID
-		stream     string
-		targetRows int64
-		merger     SegmentMerger
-		reply      chan result[Compacted]
+	// A compaction's reads and commits (Writer.Compact); its merges run on
+	// the caller's goroutine, between them.
+	msgCompactView struct {
+		fn    func(*ReadTx) error
+		reply chan result[struct{}]
 	}
+	msgCompactTxn struct {
+		fn    func(*WriteTx) error
+		reply chan result[struct{}]
+	}
+	msgReclaim    struct{ reply chan struct{} }
 	msgCheckpoint struct{ reply chan result[struct{}] }
 	msgPrune      struct{}
 	msgShutdown   struct{}
@@ -168,7 +172,9 @@ func (msgPatch) isMessage()       {}
 func (msgClockOffset) isMessage() {}
 func (msgSync) isMessage()        {}
 func (msgFinalize) isMessage()    {}
-func (msgCompact) isMessage()     {}
+func (msgCompactView) isMessage() {}
+func (msgCompactTxn) isMessage()  {}
+func (msgReclaim) isMessage()     {}
 func (msgCheckpoint) isMessage()  {}
 func (msgPrune) isMessage()       {}
 func (msgShutdown) isMessage()    {}
@@ -320,10 +326,32 @@ func (w *Writer) Finalize(ctx context.Context, source SourceID, ts, offsetNS int
 }
 
 // Compact merges runs of adjacent small segments of one stream up to
-// targetRows rows each, one transaction per merge, on the writer.
+// targetRows rows each, one transaction per merge. The segments are read
+// and each merge is committed by the writer goroutine, but the merges run
+// on the caller's: at a million series a merge takes a second or more, and
+// appends must not wait for it. A run that changed between its read and
+// its commit (retention evicted part of it, another compaction merged it)
+// is left as it now is.
 func (w *Writer) Compact(ctx context.Context, source SourceID, stream string, targetRows int64, merger SegmentMerger) (Compacted, error) {
-	reply := make(chan result[Compacted], 1)
-	return callErr(ctx, w, msgCompact{source: source, stream: stream, targetRows: targetRows, merger: merger, reply: reply}, reply)
+	read := func(fn func(*ReadTx) error) error {
+		reply := make(chan result[struct{}], 1)
+		_, err := callErr(ctx, w, msgCompactView{fn: fn, reply: reply}, reply)
+		return err
+	}
+	txn := func(fn func(*WriteTx) error) error {
+		reply := make(chan result[struct{}], 1)
+		_, err := callErr(ctx, w, msgCompactTxn{fn: fn, reply: reply}, reply)
+		return err
+	}
+	c, err := compactStream(ctx, read, txn, source, stream, targetRows, merger)
+	w.stats.compactions.Add(int64(c.Merges))
+	if c.Merges > 0 {
+		reply := make(chan struct{}, 1)
+		if _, rerr := call(ctx, w, msgReclaim{reply: reply}, reply); err == nil {
+			err = rerr
+		}
+	}
+	return c, err
 }
 
 // Checkpoint runs a passive checkpoint now.

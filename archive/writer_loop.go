@@ -33,8 +33,9 @@ type loop struct {
 	// The seal in progress (see startSeal). sealing is the job whose rows
 	// the encoder goroutine holds; its result arrives on sealDone (capacity
 	// 1, one job in flight). epoch counts, per source, the operations that
-	// remove rows or segments or change what a seal may assume (eviction,
-	// finalize, resume, compaction): a seal encoded across one is redone.
+	// remove rows or change what a seal may assume (eviction, finalize,
+	// resume; not compaction, see msgCompactTxn): a seal encoded across one
+	// is redone.
 	sealing     *sealJob
 	sealDone    chan sealOutput
 	syncWaiters []chan struct{} // Syncs waiting for the seals before them
@@ -356,23 +357,29 @@ func (l *loop) apply(msg message) {
 			l.fail(fmt.Errorf("finalize source %d: %w", m.source, err))
 		}
 		m.reply <- result[struct{}]{err: err}
-	case msgCompact:
+	case msgCompactView:
+		if !l.mayWrite() { // a merge that could not commit is wasted work
+			m.reply <- result[struct{}]{err: l.cannotCommit()}
+			return
+		}
+		m.reply <- result[struct{}]{err: l.view(m.fn)}
+	case msgCompactTxn:
+		// No seal is drained and the epoch is not bumped: a merge replaces
+		// segments below the stream's newest by one with the same rows, the
+		// same last_ts and the first one's seq, so a seal in flight relies
+		// on nothing it changes (the live rows, the watermark, the next
+		// seq); and the commit checks that its run is still there.
 		if !l.mayWrite() {
-			m.reply <- result[Compacted]{err: l.cannotCommit()}
+			m.reply <- result[struct{}]{err: l.cannotCommit()}
 			return
 		}
-		if l.drainSeals(); l.failed() {
-			m.reply <- result[Compacted]{err: l.w.stoppedErr()}
-			return
-		}
-		l.epoch[m.source]++
-		txn := func(fn func(*WriteTx) error) error { return l.withRetries(func() error { return l.update(fn) }) }
-		c, err := compactStream(context.Background(), l.view, txn, m.source, m.stream, m.targetRows, m.merger)
-		l.w.stats.compactions.Add(int64(c.Merges))
-		if err == nil && c.Merges > 0 {
+		err := l.withRetries(func() error { return l.update(m.fn) })
+		m.reply <- result[struct{}]{err: err}
+	case msgReclaim:
+		if l.mayWrite() {
 			l.reclaimIfFragmented()
 		}
-		m.reply <- result[Compacted]{c, err}
+		m.reply <- struct{}{}
 	case msgCheckpoint:
 		m.reply <- result[struct{}]{err: l.checkpoint()}
 	case msgPrune:

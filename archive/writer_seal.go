@@ -21,7 +21,7 @@ import (
 //  3. finishSeal (writer goroutine) commits the segments and one clock
 //     observation in ONE transaction that first checks that
 //     nothing it relied on changed: the source's epoch (bumped by eviction,
-//     finalize, resume and compaction), each stream's seq and watermark, and
+//     finalize and resume), each stream's seq and watermark, and
 //     that the stream's live rows up to the newest sealed row are still
 //     exactly those that were read (an unstamped append may have added one
 //     below it meanwhile). On any change the result is discarded and the
@@ -200,10 +200,9 @@ func (l *loop) answerSeal(job *sealJob, sealed []Sealed, err error) {
 // drainSeals waits for the seal in flight to finish (retries included).
 // Messages whose effect depends on the order of seals call it first, so
 // they see every seal sent before them as the reference's one-at-a-time
-// writer would: eviction, finalize, resume, clock offsets, compaction
-// (whose merger may also be the seal's encoder, which need not be safe for
-// concurrent use) and shutdown. Appends, source additions, metadata patches
-// and checkpoints do not wait.
+// writer would: eviction, finalize, resume, clock offsets and shutdown.
+// Appends, source additions, metadata patches, checkpoints and a
+// compaction's reads and commits (Writer.Compact) do not wait.
 func (l *loop) drainSeals() {
 	for l.sealing != nil && !l.failed() {
 		l.finishSeal(<-l.sealDone)
