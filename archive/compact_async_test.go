@@ -45,11 +45,7 @@ func sealedSegments(t *testing.T, w *archive.Writer, src archive.SourceID, strea
 // streams commit; the merge commits after.
 func TestCompactionMergesOffTheWriterGoroutine(t *testing.T) {
 	ctx := at.Ctx(t)
-	w := at.NewWriter(t, archive.WriterOptions{})
-	src, err := w.AddSource(ctx, archive.SourceSpec{}, "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	w, src := newSource(t, archive.WriterOptions{})
 	sealedSegments(t, w, src.ID(), "block", 1, 2)
 	merger, entered, release := blockingMerger(t)
 	type outcome struct {
@@ -104,11 +100,7 @@ func TestCompactionMergesOffTheWriterGoroutine(t *testing.T) {
 // back, and the compaction goes on with what is left of the stream.
 func TestCompactionLeavesARunChangedMeanwhile(t *testing.T) {
 	ctx := at.Ctx(t)
-	w := at.NewWriter(t, archive.WriterOptions{})
-	src, err := w.AddSource(ctx, archive.SourceSpec{}, "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	w, src := newSource(t, archive.WriterOptions{})
 	sealedSegments(t, w, src.ID(), "s", 1, 2, 3)
 	merger, entered, release := blockingMerger(t)
 	type outcome struct {
