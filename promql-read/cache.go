@@ -105,10 +105,10 @@ func (c *cache) put(k cacheKey, v any, size int64) {
 	}
 }
 
-// putIfFree stores v as put does if it fits beside what is held, and
-// reports whether it did; it evicts nothing.
+// putIfFree stores v as put does if it fits beside what is held (and put
+// would keep it), and reports whether it did; it evicts nothing.
 func (c *cache) putIfFree(k cacheKey, v any, size int64) bool {
-	if c == nil || c.maxBytes <= 0 {
+	if c == nil || c.maxBytes <= 0 || size > c.maxBytes/2 {
 		return false
 	}
 	c.mu.Lock()
