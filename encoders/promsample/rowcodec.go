@@ -312,6 +312,8 @@ type rowCollector struct {
 	// dropped and counted in unresolved.
 	epochs     map[uint64][]*seriesData
 	unresolved int64
+	anchor     []labelIDs // anchorIDs' scratch
+	ids        []uint32   // anchorIDs' result, valid until its next call
 }
 
 func newRowCollector(c *collector) *rowCollector {

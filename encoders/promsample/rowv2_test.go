@@ -428,6 +428,10 @@ func FuzzDecodeRow(f *testing.F) {
 		if dr.Header.Format != 2 || dr.Header.Close {
 			return
 		}
+		// A seal reads the row its own way (rowCollector, anchorIDs): any
+		// outcome but a panic.
+		var seal Encoder
+		_, _ = seal.Encode("s", []archive.Row{{Stream: "s", TS: 1, Data: row}, {Stream: "s", TS: 2, Data: AppendEpochClose(nil, dr.Header.Epoch)}})
 		// Whatever decodes re-encodes to a row that decodes the same.
 		ar := AnchoredRow{Epoch: dr.Header.Epoch, FirstLocal: dr.Header.FirstLocal, Anchors: dr.Anchors, Series: dr.Series, Metadata: dr.Metadata}
 		var e RowEncoder
@@ -455,4 +459,70 @@ func FuzzDecodeRow(f *testing.F) {
 		var enc Encoder
 		_, _ = enc.Encode("s", []archive.Row{{TS: 1, Data: row}, {TS: 2, Data: AppendEpochClose(nil, dr.Header.Epoch)}})
 	})
+}
+
+// Anchors whose labels a row lists out of order are put in label order by
+// the seal (anchorIDs, which sorts symbol ids) as by the tail readers
+// (labels.ScratchBuilder): a segment of such rows holds the series the
+// rows decode to, and those are the batches' series.
+func TestAnchorsOutOfOrderSealAsTheyDecode(t *testing.T) {
+	r := rand.New(rand.NewPCG(31, 32))
+	batches := randBatches(r, 40)
+	syms := &testSymbols{ids: map[string]uint32{}}
+	var enc RowEncoder
+	var rows []archive.Row
+	locals := map[string]uint32{}
+	ts := int64(1_700_000_000_000_000_000)
+	for _, b := range batches {
+		row := AnchoredRow{Epoch: 1, FirstLocal: uint32(len(locals)), Metadata: b.Metadata}
+		for _, s := range b.Series {
+			k := s.Labels.String()
+			id, ok := locals[k]
+			if !ok {
+				id = uint32(len(locals))
+				locals[k] = id
+				if row.Interned == nil {
+					row.Interned = &InternedAnchors{Symbol: syms.symbol}
+				}
+				var ls []labels.Label
+				s.Labels.Range(func(l labels.Label) { ls = append(ls, l) })
+				r.Shuffle(len(ls), func(i, j int) { ls[i], ls[j] = ls[j], ls[i] })
+				var pairs []uint32
+				for _, l := range ls {
+					pairs = append(pairs, syms.id(l.Name), syms.id(l.Value))
+				}
+				row.Interned.Add(pairs)
+			}
+			row.Series = append(row.Series, RowSeries{Local: id, Samples: s.Samples, Histograms: s.Histograms, Exemplars: s.Exemplars})
+		}
+		data, err := enc.Append(nil, &row)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ts++
+		rows = append(rows, archive.Row{Stream: "s", TS: ts, Data: data})
+	}
+	ts++
+	rows = append(rows, archive.Row{Stream: "s", TS: ts, Data: AppendEpochClose(nil, 1)})
+	all := AllTime()
+	want := expected(batches, all)
+	live, err := ReadRows(rows, all)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := diffSeries(live, want); d != "" {
+		t.Fatalf("ReadRows: %s", d)
+	}
+	var e Encoder
+	seg, err := e.Encode("s", rows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := ReadSegment(seg.Bytes, all)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := diffSeries(got, want); d != "" {
+		t.Fatalf("sealed: %s", d)
+	}
 }
