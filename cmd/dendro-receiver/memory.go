@@ -82,7 +82,7 @@ const minQueryCache = 64 << 20
 // layout (8 bytes a series): what a read needs before it decodes a sample.
 // A fixed 64 MiB held three minutes of a 1 M-series stream's segments; an
 // hour of them is ~20 segments a stream, ~90 MB, and a one-series query
-// over it took 200-500 ms every time with 64 MiB, 3-20 ms warm with 512.
+// over it took 180-520 ms every time with 64 MiB, 3-19 ms warm with 512.
 func (p memoryPlan) queryCache(flag int64) int64 {
 	if flag == 0 {
 		flag = max(p.reads/8, minQueryCache)
