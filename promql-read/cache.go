@@ -75,24 +75,38 @@ func (c *cache) get(k cacheKey) (any, bool) {
 	return e.Value.(*cacheEntry).value, true
 }
 
-// put stores v of the given estimated size. A value bigger than half the
-// budget is not kept: it would evict everything for one question.
-func (c *cache) put(k cacheKey, v any, size int64) {
+// put stores v of the given estimated size, evicting the least recently
+// used values to make room. A value bigger than half the budget is not
+// kept: it would evict everything for one question.
+func (c *cache) put(k cacheKey, v any, size int64) { c.store(k, v, size, true) }
+
+// putIfFree stores v as put does if it fits beside what is held, and
+// reports whether it did; it evicts nothing.
+func (c *cache) putIfFree(k cacheKey, v any, size int64) bool { return c.store(k, v, size, false) }
+
+func (c *cache) store(k cacheKey, v any, size int64, evict bool) bool {
 	if c == nil || c.maxBytes <= 0 || size > c.maxBytes/2 {
-		return
+		return false
 	}
 	size += 128 // the entry, the key and the list element
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if e, ok := c.items[k]; ok {
+	e, held := c.items[k]
+	grow := size
+	if held {
+		grow -= e.Value.(*cacheEntry).size
+	}
+	if !evict && c.bytes+grow > c.maxBytes {
+		return false
+	}
+	if held {
 		old := e.Value.(*cacheEntry)
-		c.bytes += size - old.size
 		old.value, old.size = v, size
 		c.ll.MoveToFront(e)
 	} else {
 		c.items[k] = c.ll.PushFront(&cacheEntry{key: k, value: v, size: size})
-		c.bytes += size
 	}
+	c.bytes += grow
 	for c.bytes > c.maxBytes {
 		e := c.ll.Back()
 		if e == nil {
@@ -103,21 +117,7 @@ func (c *cache) put(k cacheKey, v any, size int64) {
 		delete(c.items, ce.key)
 		c.bytes -= ce.size
 	}
-}
-
-// putIfFree stores v as put does if it fits beside what is held (and put
-// would keep it), and reports whether it did; it evicts nothing.
-func (c *cache) putIfFree(k cacheKey, v any, size int64) bool {
-	if c == nil || c.maxBytes <= 0 || size > c.maxBytes/2 {
-		return false
-	}
-	c.mu.Lock()
-	fits := c.bytes+size+128 <= c.maxBytes
-	c.mu.Unlock()
-	if fits {
-		c.put(k, v, size) // a put meanwhile may make it evict: as any put
-	}
-	return fits
+	return true
 }
 
 // remove drops k if it is held.
