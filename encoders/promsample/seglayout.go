@@ -182,7 +182,31 @@ func (l *SegmentLayout) Bytes() int64 {
 // same bytes the layout was made from. It reads nothing until asked for a
 // series.
 func (l *SegmentLayout) NewReader(r io.ReaderAt) (*SegmentReader, error) {
-	vr := &verifiedReader{r: r, size: l.size, pinned: l.pidx, pinnedAt: l.pidxAt, pages: l.pages}
+	return l.NewCachedReader(r, nil)
+}
+
+// A PageCache keeps the verified pages of one segment from one reader to
+// the next. Inside an archive, reading a page at offset X of a segment
+// walks its BLOB's overflow chain up to X on every new snapshot
+// (archive.SegmentBlob), which is most of what a warm one-series read
+// costs; a page found here costs a lookup.
+//
+// A reader asks Page before it reads a page and offers what it read,
+// once its checksum matched, to AddPage. Both name the page by its offset
+// and its checksum in the segment's index, so a cache keyed on them hands
+// back only bytes that were verified against that checksum. The bytes are
+// shared: neither the cache nor a reader modifies them. An implementation
+// must be safe for concurrent use.
+type PageCache interface {
+	Page(off int64, sum uint64) ([]byte, bool)
+	AddPage(off int64, sum uint64, b []byte)
+}
+
+// NewCachedReader is NewReader with the pages it decodes taken from, and
+// given to, pc; nil is no cache. r is read only for pages pc does not
+// hold, so a caller can open it lazily.
+func (l *SegmentLayout) NewCachedReader(r io.ReaderAt, pc PageCache) (*SegmentReader, error) {
+	vr := &verifiedReader{r: r, size: l.size, pinned: l.pidx, pinnedAt: l.pidxAt, pages: l.pages, pc: pc}
 	// With the metadata given, NewParquetReader reads nothing.
 	f, err := file.NewParquetReader(vr, file.WithReadProps(readProps()), file.WithMetadata(l.md))
 	if err != nil {
@@ -235,6 +259,7 @@ type verifiedReader struct {
 	pinnedAt int64
 	pages    []pageLoc      // the layout's: sorted by off, disjoint; read only
 	data     map[int][]byte // pages[k]'s bytes once read and verified
+	pc       PageCache      // nil: none
 	pos      int64          // for Seek
 }
 
@@ -274,12 +299,9 @@ func (v *verifiedReader) ReadAt(p []byte, off int64) (int, error) {
 			pg := &v.pages[k]
 			data, ok := v.data[k]
 			if !ok {
-				data = make([]byte, pg.end-pg.off)
-				if _, err := v.r.ReadAt(data, pg.off); err != nil {
+				var err error
+				if data, err = v.page(pg); err != nil {
 					return n, err
-				}
-				if xxhash.Sum64(data) != pg.sum {
-					return n, corruptSegment(fmt.Sprintf("page at %d: checksum", pg.off), nil)
 				}
 				if v.data == nil {
 					v.data = map[int][]byte{}
@@ -305,4 +327,27 @@ func (v *verifiedReader) ReadAt(p []byte, off int64) (int, error) {
 		}
 	}
 	return n, nil
+}
+
+// page returns pg's bytes, verified: from the page cache or read and
+// checked against the index's checksum (then offered to the cache).
+func (v *verifiedReader) page(pg *pageLoc) ([]byte, error) {
+	if v.pc != nil {
+		// The cache's bytes were verified against pg.sum when they were
+		// added, and it hands out only what was added under pg.sum.
+		if b, hit := v.pc.Page(pg.off, pg.sum); hit && int64(len(b)) == pg.end-pg.off {
+			return b, nil
+		}
+	}
+	data := make([]byte, pg.end-pg.off)
+	if _, err := v.r.ReadAt(data, pg.off); err != nil {
+		return nil, err
+	}
+	if xxhash.Sum64(data) != pg.sum {
+		return nil, corruptSegment(fmt.Sprintf("page at %d: checksum", pg.off), nil)
+	}
+	if v.pc != nil {
+		v.pc.AddPage(pg.off, pg.sum, data)
+	}
+	return data, nil
 }

@@ -7,6 +7,8 @@ import (
 	"io"
 	"math"
 	"math/rand/v2"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -341,6 +343,93 @@ func TestSegmentReaderSkipsColumnsTheRowsDoNotUse(t *testing.T) {
 		start := intStart(l.starts[i])
 		if got := fr.end.Load(); got > start {
 			t.Errorf("series %d: read up to byte %d, past the start of %s at %d (segment %d bytes)", i, got, ColInt, start, len(seg.Bytes))
+		}
+	}
+}
+
+// mapPages is a PageCache in a map, counting what it is asked.
+type mapPages struct {
+	mu         sync.Mutex
+	pages      map[[2]uint64][]byte
+	hits, adds int
+}
+
+func (m *mapPages) Page(off int64, sum uint64) ([]byte, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	b, ok := m.pages[[2]uint64{uint64(off), sum}]
+	if ok {
+		m.hits++
+	}
+	return b, ok
+}
+
+func (m *mapPages) AddPage(off int64, sum uint64, b []byte) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.pages == nil {
+		m.pages = map[[2]uint64][]byte{}
+	}
+	m.pages[[2]uint64{uint64(off), sum}] = b
+	m.adds++
+}
+
+// failingReaderAt fails every read.
+type failingReaderAt struct{}
+
+func (failingReaderAt) ReadAt([]byte, int64) (int, error) { return 0, errors.New("read") }
+
+// A reader with a page cache reads a page once: a second reader of the
+// same series takes every page from the cache and reads nothing, and a
+// page the cache holds under another checksum is not used.
+func TestCachedReaderReadsEachPageOnce(t *testing.T) {
+	var b Batch
+	for i := range 3000 {
+		s := Series{Labels: labels.FromStrings("__name__", "m", "id", fmt.Sprint(i))}
+		for k := range 20 {
+			s.Samples = append(s.Samples, Sample{T: int64(k) * 15000, V: float64(i*k) + 0.5})
+		}
+		b.Series = append(b.Series, s)
+	}
+	seg, x := encodeFor(t, &Encoder{}, []Batch{b})
+	l, err := OpenSegmentLayout(bytes.NewReader(seg.Bytes), int64(len(seg.Bytes)), x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := func(r io.ReaderAt, pc PageCache, i int) (Series, error) {
+		sr, err := l.NewCachedReader(r, pc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var s Series
+		err = sr.ReadSeries(i, math.MinInt64, math.MaxInt64, &s)
+		return s, err
+	}
+	for _, i := range []int{0, x.Table.Len() / 2, x.Table.Len() - 1} {
+		pc := &mapPages{}
+		first, err := read(bytes.NewReader(seg.Bytes), pc, i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(first.Samples) != 20 || pc.adds == 0 || pc.hits != 0 {
+			t.Fatalf("series %d: %d samples, %d pages added, %d hits; want 20, some, 0", i, len(first.Samples), pc.adds, pc.hits)
+		}
+		adds := pc.adds
+		again, err := read(failingReaderAt{}, pc, i)
+		if err != nil {
+			t.Fatalf("series %d from the cache: %v", i, err)
+		}
+		if !slices.Equal(first.Samples, again.Samples) || pc.adds != adds || pc.hits != adds {
+			t.Fatalf("series %d from the cache: samples equal %v, %d adds, %d hits; want true, %d, %d",
+				i, slices.Equal(first.Samples, again.Samples), pc.adds, pc.hits, adds, adds)
+		}
+		// The same offsets under other checksums: not this segment's pages.
+		other := &mapPages{}
+		for k, p := range pc.pages {
+			other.AddPage(int64(k[0]), k[1]+1, p)
+		}
+		if _, err := read(failingReaderAt{}, other, i); err == nil {
+			t.Fatalf("series %d: read pages cached under other checksums", i)
 		}
 	}
 }
