@@ -24,17 +24,21 @@ type segmentID struct {
 }
 
 // cacheKey is one cached thing about a segment: its directory, its layout,
-// or its metadata (metric names the metric).
+// its metadata (metric names the metric) or one of its pages (off and sum:
+// its offset and checksum).
 type cacheKey struct {
 	seg    segmentID
 	kind   uint8
 	metric string
+	off    int64
+	sum    uint64
 }
 
 const (
 	kindDir uint8 = iota // a segment's directory (segdir.go)
 	kindMetadata
 	kindLayout // a segment's promsample.SegmentLayout
+	kindPage   // a verified page of a segment (segpages.go)
 )
 
 // cache is a byte-bounded LRU of immutable values. Values are shared by

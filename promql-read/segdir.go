@@ -54,13 +54,17 @@ func (s *store) dir(tx *archive.ReadTx, id segmentID) (d *segDir, ok bool, err e
 }
 
 // layout returns a segment's layout (its footer, page index and row
-// starts), from the cache or read through blob. Reading it walks the
+// starts), from the cache or read through seg. Reading it walks the
 // segment's whole overflow chain, since the footer is at its end; with it
 // cached, a read walks only as far as the pages it decodes.
-func (s *store) layout(id segmentID, d *segDir, blob *archive.SegmentBlob) (*promsample.SegmentLayout, error) {
+func (s *store) layout(id segmentID, d *segDir, seg *lazySegment) (*promsample.SegmentLayout, error) {
 	k := cacheKey{seg: id, kind: kindLayout}
 	if v, hit := s.cache.get(k); hit {
 		return v.(*promsample.SegmentLayout), nil
+	}
+	blob, err := seg.open()
+	if err != nil {
+		return nil, err
 	}
 	l, err := promsample.OpenSegmentLayout(blob, blob.Size(), d.x)
 	if err != nil {
@@ -203,18 +207,13 @@ func (s *store) readSegment(tx *archive.ReadTx, id segmentID, refs []seriesindex
 	}
 	slices.SortFunc(ws, func(a, b wanted) int { return a.ord - b.ord })
 	s.segmentsRead.Add(1)
-	blob, found, err := tx.OpenSegment(id.source, id.stream, id.seq)
-	if err != nil {
-		return err
-	}
-	if !found {
-		return fmt.Errorf("segment %d listed but absent", id.seq)
-	}
-	l, err := s.layout(id, d, blob)
+	seg := &lazySegment{tx: tx, id: id, opened: &s.blobsOpened}
+	l, err := s.layout(id, d, seg)
 	if err != nil {
 		return fmt.Errorf("segment %d: %w", id.seq, err)
 	}
-	sr, err := l.NewReader(blob)
+	pages := &segPages{c: s.cache, id: id}
+	sr, err := l.NewCachedReader(seg, pages)
 	if err != nil {
 		return fmt.Errorf("segment %d: %w", id.seq, err)
 	}
@@ -248,7 +247,12 @@ func (s *store) readSegment(tx *archive.ReadTx, id segmentID, refs []seriesindex
 		}
 		if hi-lo == 1 {
 			sm.Samples, sm.Histograms = sm.Samples[:0], sm.Histograms[:0]
-			if err := sr.ReadSeries(ws[lo].ord, p.mint, p.maxt, &sm); err != nil {
+			// A lone series' pages are kept (segpages.go); a run's
+			// are not, so a scan of a metric does not fill the cache.
+			pages.keep = true
+			err := sr.ReadSeries(ws[lo].ord, p.mint, p.maxt, &sm)
+			pages.keep = false
+			if err != nil {
 				return fmt.Errorf("segment %d: %w", id.seq, err)
 			}
 			if err := add(ws[lo].ref, &sm); err != nil {

@@ -37,8 +37,9 @@ type store struct {
 	memos memos
 	// par is how answers are decoded and encoded on several goroutines.
 	par parallelism
-	// segmentsRead counts the segments whose pages a Select read (tests).
-	segmentsRead atomic.Int64
+	// segmentsRead counts the segments whose pages a Select read, and
+	// blobsOpened the BLOBs it opened to read them (tests).
+	segmentsRead, blobsOpened atomic.Int64
 }
 
 // series is one series of an answer. Its slices may be shared with the

@@ -1,0 +1,89 @@
+package promread
+
+import (
+	"errors"
+	"io"
+	"sync/atomic"
+
+	"github.com/dendro-receiver/dendro-receiver/archive"
+)
+
+// Why a one-series read keeps the pages it decodes.
+//
+// A page at offset X of a segment's BLOB costs a walk of the BLOB's
+// overflow chain up to X, once per snapshot (archive.SegmentBlob): at a
+// million series, with 5-7 MB segments, that walk and opening the BLOB
+// were about half of a warm one-series query_range's CPU, and every
+// segment of the stream pays it again on each question. The pages
+// themselves are small (a page per column per segment, tens of KiB), and
+// a dashboard asks for the same few series over and over, so readSegment
+// keeps the pages of lone-series reads in the segment cache and opens
+// the BLOB only when a page is missing.
+//
+// Pages go into free room only (putIfFree): a read of many series must
+// not push out the directories and layouts every question needs, and a
+// page is the cheapest thing in the cache to read again.
+
+// segPages is one segment's pages in the store's cache, as a
+// promsample.PageCache. keep says whether pages read now are kept.
+type segPages struct {
+	c    *cache
+	id   segmentID
+	keep bool
+}
+
+func (p *segPages) key(off int64, sum uint64) cacheKey {
+	return cacheKey{seg: p.id, kind: kindPage, off: off, sum: sum}
+}
+
+func (p *segPages) Page(off int64, sum uint64) ([]byte, bool) {
+	v, ok := p.c.get(p.key(off, sum))
+	if !ok {
+		return nil, false
+	}
+	b, ok := v.([]byte)
+	return b, ok
+}
+
+func (p *segPages) AddPage(off int64, sum uint64, b []byte) {
+	if p.keep {
+		p.c.putIfFree(p.key(off, sum), b, int64(cap(b)))
+	}
+}
+
+// lazySegment is a segment's BLOB, opened on the first read: a read whose
+// layout and pages are all cached opens nothing.
+type lazySegment struct {
+	tx     *archive.ReadTx
+	id     segmentID
+	blob   *archive.SegmentBlob
+	opened *atomic.Int64 // counts the opens
+}
+
+func (l *lazySegment) open() (*archive.SegmentBlob, error) {
+	if l.blob != nil {
+		return l.blob, nil
+	}
+	b, found, err := l.tx.OpenSegment(l.id.source, l.id.stream, l.id.seq)
+	if err != nil {
+		return nil, err
+	}
+	if !found {
+		// Inside one snapshot the catalog row just read cannot vanish.
+		return nil, errors.New("listed but absent")
+	}
+	l.blob = b
+	l.opened.Add(1)
+	return b, nil
+}
+
+// ReadAt reads the segment, opening it first if need be.
+func (l *lazySegment) ReadAt(p []byte, off int64) (int, error) {
+	b, err := l.open()
+	if err != nil {
+		return 0, err
+	}
+	return b.ReadAt(p, off)
+}
+
+var _ io.ReaderAt = (*lazySegment)(nil)
