@@ -34,6 +34,7 @@ type SegmentReader struct {
 	starts []int64 // the series table's row starts (the layout's)
 	// per row group, the readers of the paged columns, made on first use
 	rg   int
+	rgr  *file.RowGroupReader
 	ts   *file.Int64ColumnChunkReader
 	val  *file.Float64ColumnChunkReader
 	ival *file.Int64ColumnChunkReader
@@ -82,9 +83,7 @@ func (sr *SegmentReader) ReadSeries(i int, mint, maxt int64, s *Series) (err err
 		if g == len(sr.rgEnd) {
 			return corruptSegment("series rows beyond the last row group", nil)
 		}
-		if err := sr.openRowGroup(g); err != nil {
-			return err
-		}
+		sr.openRowGroup(g)
 		rgStart := sr.rgEnd[g] - sr.x.RowGroups[g].Rows
 		end := min(to, sr.rgEnd[g])
 		if err := sr.readRows(from-rgStart, end-from, mint, maxt, s); err != nil {
@@ -95,28 +94,31 @@ func (sr *SegmentReader) ReadSeries(i int, mint, maxt int64, s *Series) (err err
 	return nil
 }
 
-// openRowGroup makes the column readers of row group g.
-func (sr *SegmentReader) openRowGroup(g int) error {
-	if sr.rg == g {
-		return nil
+// openRowGroup makes row group g the one read. Its column readers are
+// made on first use (column): a float series never needs the integer,
+// divisor and histogram readers, and each reader costs ~32 KiB of
+// buffers to make (at a million series, making all five was a fifth of a
+// warm one-series query_range's CPU).
+func (sr *SegmentReader) openRowGroup(g int) {
+	if sr.rg != g {
+		sr.rg, sr.rgr = g, sr.f.RowGroup(g)
+		sr.ts, sr.val, sr.ival, sr.div, sr.hist = nil, nil, nil, nil, nil
 	}
-	sr.rg = g
-	rg := sr.f.RowGroup(g)
-	var err error
-	if sr.ts, err = columnReader[*file.Int64ColumnChunkReader](rg, sr.cols.ts); err != nil {
-		return err
+}
+
+// column returns *c, the reader of column col of the open row group,
+// making it first if need be.
+func column[R comparable](sr *SegmentReader, c *R, col int) (R, error) {
+	var zero R
+	if *c != zero {
+		return *c, nil
 	}
-	if sr.val, err = columnReader[*file.Float64ColumnChunkReader](rg, sr.cols.value); err != nil {
-		return err
+	r, err := columnReader[R](sr.rgr, col)
+	if err != nil {
+		return zero, err
 	}
-	if sr.ival, err = columnReader[*file.Int64ColumnChunkReader](rg, sr.cols.ival); err != nil {
-		return err
-	}
-	if sr.div, err = columnReader[*file.Float64ColumnChunkReader](rg, sr.cols.div); err != nil {
-		return err
-	}
-	sr.hist, err = columnReader[*file.ByteArrayColumnChunkReader](rg, sr.cols.hist)
-	return err
+	*c = r
+	return r, nil
 }
 
 // ReadRun reads the series ords (ascending positions in the index's
@@ -144,9 +146,7 @@ func (sr *SegmentReader) ReadRun(ords []int, mint, maxt int64, fn func(ord int, 
 		if g == len(sr.rgEnd) {
 			return corruptSegment("series rows beyond the last row group", nil)
 		}
-		if err := sr.openRowGroup(g); err != nil {
-			return err
-		}
+		sr.openRowGroup(g)
 		rgStart := sr.rgEnd[g] - sr.x.RowGroups[g].Rows
 		end := min(to, sr.rgEnd[g])
 		if err := sr.decodeRows(pos-rgStart, end-pos); err != nil {
@@ -187,11 +187,18 @@ func (sr *SegmentReader) readRows(row, n, mint, maxt int64, s *Series) error {
 // reader's buffers and resolves where each row's value is (rowAt).
 func (sr *SegmentReader) decodeRows(row, n int64) error {
 	rr := &sr.bufs
-	var err error
-	if rr.ts, rr.def, err = seekRead(sr.ts, row, n, rr.ts, rr.def); err != nil {
+	ts, err := column(sr, &sr.ts, sr.cols.ts)
+	if err != nil {
 		return err
 	}
-	if rr.vals, rr.fdef, err = seekRead(sr.val, row, n, rr.vals, rr.fdef); err != nil {
+	if rr.ts, rr.def, err = seekRead(ts, row, n, rr.ts, rr.def); err != nil {
+		return err
+	}
+	val, err := column(sr, &sr.val, sr.cols.value)
+	if err != nil {
+		return err
+	}
+	if rr.vals, rr.fdef, err = seekRead(val, row, n, rr.vals, rr.fdef); err != nil {
 		return err
 	}
 	// A row holds exactly one kind of value: a float, an integer (with its
@@ -202,18 +209,30 @@ func (sr *SegmentReader) decodeRows(row, n int64) error {
 	// instead of walking on to __hist__ near the end of the row group.
 	// decodeRows then sees those rows' definition levels as null.
 	if floats := countDefined(rr.fdef[:n]); floats < int(n) {
-		if rr.ints, rr.idef, err = seekRead(sr.ival, row, n, rr.ints, rr.idef); err != nil {
+		ival, err := column(sr, &sr.ival, sr.cols.ival)
+		if err != nil {
+			return err
+		}
+		if rr.ints, rr.idef, err = seekRead(ival, row, n, rr.ints, rr.idef); err != nil {
 			return err
 		}
 		if countDefined(rr.idef[:n]) > 0 {
-			if rr.divs, rr.ddef, err = seekRead(sr.div, row, n, rr.divs, rr.ddef); err != nil {
+			div, err := column(sr, &sr.div, sr.cols.div)
+			if err != nil {
+				return err
+			}
+			if rr.divs, rr.ddef, err = seekRead(div, row, n, rr.divs, rr.ddef); err != nil {
 				return err
 			}
 		} else {
 			rr.divs, rr.ddef = rr.divs[:0], nulls(rr.ddef, n)
 		}
 		if floats+countDefined(rr.idef[:n]) < int(n) {
-			if rr.ba, rr.hdef, err = seekRead(sr.hist, row, n, rr.ba, rr.hdef); err != nil {
+			hist, err := column(sr, &sr.hist, sr.cols.hist)
+			if err != nil {
+				return err
+			}
+			if rr.ba, rr.hdef, err = seekRead(hist, row, n, rr.ba, rr.hdef); err != nil {
 				return err
 			}
 		} else {

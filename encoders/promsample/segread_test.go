@@ -129,9 +129,6 @@ func TestSegmentReaderRefusesDamage(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Find a page of the timestamp column and damage it.
-	if err := sr.openRowGroup(0); err != nil {
-		t.Fatal(err)
-	}
 	pg := sr.vr.pages[0]
 	bad := bytes.Clone(seg.Bytes)
 	bad[(pg.off+pg.end)/2] ^= 0x40
@@ -296,7 +293,7 @@ func TestSegmentLayoutServesConcurrentReaders(t *testing.T) {
 // A read of float series stops at the __value__ column: the integer,
 // divisor and histogram columns that follow it in the file are not read,
 // since in a segment BLOB every byte further on costs a longer walk of its
-// page chain.
+// page chain, and their readers are not even made.
 func TestSegmentReaderSkipsColumnsTheRowsDoNotUse(t *testing.T) {
 	r := rand.New(rand.NewPCG(9, 10))
 	var b Batch
@@ -339,6 +336,9 @@ func TestSegmentReaderSkipsColumnsTheRowsDoNotUse(t *testing.T) {
 		}
 		if len(s.Samples) != 20 {
 			t.Fatalf("series %d: %d samples, want 20", i, len(s.Samples))
+		}
+		if sr.ival != nil || sr.div != nil || sr.hist != nil {
+			t.Errorf("series %d: made readers of columns a float series does not use", i)
 		}
 		start := intStart(l.starts[i])
 		if got := fr.end.Load(); got > start {
