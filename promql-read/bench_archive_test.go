@@ -26,8 +26,10 @@ import (
 // They skip without it. They ask what rwload readbench asks, over loopback
 // HTTP in SAMPLES mode: one series by __name__ and two more labels (or
 // every label when it has fewer) over a random 15-minute window, and every
-// series of one metric over a random 15-minute window; both with the
-// default 64 MiB cache of cmd/dendro-receiver, warmed by one pass first.
+// series of one metric over a random 15-minute window; both with
+// promql-read's default cache (DefaultCacheBytes; cmd/dendro-receiver
+// sizes it from --memory.limit, 353 MiB on a 24 GiB host), warmed by one
+// pass first.
 
 type archiveBench struct {
 	a          *archive.Archive
@@ -135,7 +137,7 @@ func samplesRead(b *testing.B, url string, req *prompb.ReadRequest) int {
 
 func BenchmarkArchiveOneSeries15m(b *testing.B) {
 	ab := openBenchArchive(b)
-	api, err := NewAPI(ab.a, Options{CacheBytes: 64 << 20})
+	api, err := NewAPI(ab.a, Options{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -170,7 +172,7 @@ func BenchmarkArchiveOneSeries15m(b *testing.B) {
 
 func BenchmarkArchiveWholeMetric15m(b *testing.B) {
 	ab := openBenchArchive(b)
-	api, err := NewAPI(ab.a, Options{CacheBytes: 64 << 20})
+	api, err := NewAPI(ab.a, Options{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -226,7 +228,7 @@ func (w *discardWriter) Write(b []byte) (int, error) { w.n += len(b); return len
 // the first byte, less the network.
 func BenchmarkArchiveWholeMetricServer15m(b *testing.B) {
 	ab := openBenchArchive(b)
-	api, err := NewAPI(ab.a, Options{CacheBytes: 64 << 20})
+	api, err := NewAPI(ab.a, Options{})
 	if err != nil {
 		b.Fatal(err)
 	}
