@@ -38,7 +38,9 @@
 // series' hashes sorted) and only their pages are decoded, each checked
 // against its sum; the segment's layout (footer, page index, row starts)
 // is cached beside the directory, so a question does not walk to the end
-// of the BLOB for it. A segment from before index format 2 is read whole.
+// of the BLOB for it, and so are the verified pages of a series read on its
+// own (segpages.go), so that asking again opens no BLOB at all. A segment
+// from before index format 2 is read whole.
 // The live tail above the sealed watermark (tail.go) is decoded once, row
 // by row as rows arrive, into per-series packed samples (delta-of-delta
 // timestamps, XOR values, bit-exact), and a Select takes just its series.
@@ -48,8 +50,9 @@
 // (received after newer ones) lands in its place (answer.go).
 //
 // The cache (Options.CacheBytes, an LRU bounded by the entries' real
-// sizes) holds only what cannot change: a sealed segment's directory and
-// metadata, keyed by source, stream, seq, rows, receipt span and size
+// sizes) holds only what cannot change: a sealed segment's directory,
+// layout, metadata and lone series' pages, keyed by source, stream, seq,
+// rows, receipt span and size
 // (compaction reuses a seq for the merged segment). The catalog answers a
 // question needs (sources, the stream's segments, its live span) are
 // remembered per connection and snapshot version (archive.ReadTx.Version),

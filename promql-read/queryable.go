@@ -45,11 +45,17 @@ func NewQueryable(a *archive.Archive, opts Options) (*Queryable, error) {
 	if x == nil {
 		x = seriesindex.New()
 	}
-	return &Queryable{s: &store{a: a, x: x, cache: newCache(opts.CacheBytes), opts: opts, par: defaultParallelism()}}, nil
+	pages := opts.CacheBytes / pageCacheShare
+	return &Queryable{s: &store{a: a, x: x, cache: newCache(opts.CacheBytes - pages), pages: newCache(pages),
+		opts: opts, par: defaultParallelism()}}, nil
 }
 
-// CacheStats describes the decoded-segment cache.
-func (q *Queryable) CacheStats() CacheStats { return q.s.cache.stats() }
+// CacheStats describes the decoded-segment cache, its pages included.
+func (q *Queryable) CacheStats() CacheStats {
+	c, p := q.s.cache.stats(), q.s.pages.stats()
+	return CacheStats{Bytes: c.Bytes + p.Bytes, MaxBytes: c.MaxBytes + p.MaxBytes, Entries: c.Entries + p.Entries,
+		Hits: c.Hits + p.Hits, Misses: c.Misses + p.Misses}
+}
 
 // Querier returns a querier over [mint, maxt] (Unix ms, inclusive). It
 // holds no snapshot: each Select takes its own. All Selects of one querier

@@ -212,7 +212,7 @@ func (s *store) readSegment(tx *archive.ReadTx, id segmentID, refs []seriesindex
 	if err != nil {
 		return fmt.Errorf("segment %d: %w", id.seq, err)
 	}
-	pages := &segPages{c: s.cache, id: id}
+	pages := &segPages{c: s.pages, id: id}
 	sr, err := l.NewCachedReader(seg, pages)
 	if err != nil {
 		return fmt.Errorf("segment %d: %w", id.seq, err)

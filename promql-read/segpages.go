@@ -20,11 +20,15 @@ import (
 // keeps the pages of lone-series reads in the segment cache and opens
 // the BLOB only when a page is missing.
 //
-// Pages go into free room only (putIfFree): a read of many series must
-// not push out the directories and layouts every question needs, and a
-// page is the cheapest thing in the cache to read again.
+// Pages have a cache of their own (store.pages), 1/pageCacheShare of
+// Options.CacheBytes: a page is the cheapest thing to read again, so pages
+// evict one another, never the directories and layouts every question
+// needs, and they still find room when those fill the rest. A read of a
+// run of series (a metric, a broad selector) keeps none: it would flush
+// the pages of the lone series a dashboard asks for.
+const pageCacheShare = 8
 
-// segPages is one segment's pages in the store's cache, as a
+// segPages is one segment's pages in the store's page cache, as a
 // promsample.PageCache. keep says whether pages read now are kept.
 type segPages struct {
 	c    *cache
@@ -47,7 +51,7 @@ func (p *segPages) Page(off int64, sum uint64) ([]byte, bool) {
 
 func (p *segPages) AddPage(off int64, sum uint64, b []byte) {
 	if p.keep {
-		p.c.putIfFree(p.key(off, sum), b, int64(cap(b)))
+		p.c.put(p.key(off, sum), b, int64(cap(b)))
 	}
 }
 

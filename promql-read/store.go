@@ -26,6 +26,10 @@ type store struct {
 	a     *archive.Archive
 	x     *seriesindex.Index // Options.Series, or the store's own
 	cache *cache
+	// pages holds the verified pages of lone-series reads (segpages.go),
+	// apart from cache so that they evict one another, never a directory
+	// or a layout.
+	pages *cache
 	opts  Options
 	// idx is what the store has indexed of the archive (indexsync.go).
 	idx indexState

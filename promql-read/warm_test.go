@@ -85,10 +85,7 @@ func TestWarmCachesTheNewestLayouts(t *testing.T) {
 	// The share of the cache holds a little more than one layout, and the
 	// cache has room for the directories and two: the newest, and the one
 	// after it that crosses the budget, and no more.
-	q, err := NewQueryable(f.a, Options{CacheBytes: warmLayoutShare*(one+1) + dirBytes + 2*128})
-	if err != nil {
-		t.Fatal(err)
-	}
+	q := withCache(t, f, warmLayoutShare*(one+1)+dirBytes+2*128)
 	if err := q.Warm(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -103,10 +100,7 @@ func TestWarmCachesTheNewestLayouts(t *testing.T) {
 	// two: one layout is cached, and no directory is evicted to make room
 	// for the second.
 	const size = 40 << 10
-	tight, err := NewQueryable(f.a, Options{CacheBytes: size})
-	if err != nil {
-		t.Fatal(err)
-	}
+	tight := withCache(t, f, size)
 	if size/warmLayoutShare < 2*one {
 		t.Fatalf("test setup: a share of %d bytes holds fewer than two layouts of %d", size, one)
 	}
@@ -131,4 +125,17 @@ func TestWarmCachesTheNewestLayouts(t *testing.T) {
 	if n := none.s.warmLayouts(context.Background()); n != 0 {
 		t.Errorf("without a cache Warm cached %d layouts", n)
 	}
+}
+
+// withCache returns a Queryable over f's archive whose cache of
+// directories and layouts holds n bytes (Options.CacheBytes also pays for
+// the page cache).
+func withCache(t *testing.T, f *fixture, n int64) *Queryable {
+	t.Helper()
+	q, err := NewQueryable(f.a, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.s.cache = newCache(n)
+	return q
 }
