@@ -13,11 +13,11 @@ import (
 // A page at offset X of a segment's BLOB costs a walk of the BLOB's
 // overflow chain up to X, once per snapshot (archive.SegmentBlob): at a
 // million series, with 5-7 MB segments, that walk and opening the BLOB
-// were about half of a warm one-series query_range's CPU, and every
-// segment of the stream pays it again on each question. The pages
-// themselves are small (a page per column per segment, tens of KiB), and
-// a dashboard asks for the same few series over and over, so readSegment
-// keeps the pages of lone-series reads in the segment cache and opens
+// were a third of a warm one-series query_range's CPU (more than half of
+// its segment reads), and every segment of the stream pays it again on
+// each question. The pages themselves are small (a page per column per
+// segment, tens of KiB), and a dashboard asks for the same few series over
+// and over, so readSegment keeps the pages of lone-series reads and opens
 // the BLOB only when a page is missing.
 //
 // Pages have a cache of their own (store.pages), 1/pageCacheShare of

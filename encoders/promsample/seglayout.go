@@ -188,8 +188,8 @@ func (l *SegmentLayout) NewReader(r io.ReaderAt) (*SegmentReader, error) {
 // A PageCache keeps the verified pages of one segment from one reader to
 // the next. Inside an archive, reading a page at offset X of a segment
 // walks its BLOB's overflow chain up to X on every new snapshot
-// (archive.SegmentBlob), which is most of what a warm one-series read
-// costs; a page found here costs a lookup.
+// (archive.SegmentBlob), more than half of what a warm one-series read
+// of a large segment costs; a page found here costs a lookup.
 //
 // A reader asks Page before it reads a page and offers what it read,
 // once its checksum matched, to AddPage. Both name the page by its offset
