@@ -433,3 +433,49 @@ func TestCachedReaderReadsEachPageOnce(t *testing.T) {
 		}
 	}
 }
+
+// FuzzSegmentReader reads a segment in place, given its catalog index,
+// either of them damaged: a series at a time through a page cache (twice,
+// the second time from the cache) and as one run. Any error is fine; a
+// panic or a hang is not.
+func FuzzSegmentReader(f *testing.F) {
+	r := rand.New(rand.NewPCG(11, 11))
+	for i := range 3 {
+		seg, err := archive.Materialize(&Encoder{Opts: Options{RowGroupRows: 64 << i}}, "s", rowsOf(f, randBatches(r, 3)))
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(seg.Bytes, seg.Index)
+	}
+	f.Fuzz(func(t *testing.T, seg, idx []byte) {
+		x, err := ParseIndex(idx)
+		if err != nil {
+			return
+		}
+		l, err := OpenSegmentLayout(bytes.NewReader(seg), int64(len(seg)), &x)
+		if err != nil {
+			return
+		}
+		n := min(x.Table.Len(), 32)
+		pc := &mapPages{}
+		for range 2 {
+			sr, err := l.NewCachedReader(bytes.NewReader(seg), pc)
+			if err != nil {
+				return
+			}
+			for i := range n {
+				var s Series
+				_ = sr.ReadSeries(i, math.MinInt64, math.MaxInt64, &s)
+			}
+		}
+		sr, err := l.NewReader(bytes.NewReader(seg))
+		if err != nil {
+			return
+		}
+		ords := make([]int, n)
+		for i := range ords {
+			ords[i] = i
+		}
+		_ = sr.ReadRun(ords, math.MinInt64, math.MaxInt64, func(int, *Series) error { return nil })
+	})
+}
