@@ -153,7 +153,7 @@ func BenchmarkArchiveOneSeries15m(b *testing.B) {
 		ask() // warm the cache as readbench's earlier queries would
 	}
 	var lat []time.Duration
-	misses := api.q.CacheStats().Misses
+	misses, pageMisses := api.q.CacheStats().Misses, api.q.PageCacheStats().Misses
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {
@@ -168,6 +168,9 @@ func BenchmarkArchiveOneSeries15m(b *testing.B) {
 	st := api.q.CacheStats()
 	b.ReportMetric(float64(st.Bytes)/(1<<20), "cache-MiB")
 	b.ReportMetric(float64(st.Misses-misses)/float64(b.N), "misses/op")
+	pst := api.q.PageCacheStats()
+	b.ReportMetric(float64(pst.Bytes)/(1<<20), "pages-MiB")
+	b.ReportMetric(float64(pst.Misses-pageMisses)/float64(b.N), "page-misses/op")
 }
 
 func BenchmarkArchiveWholeMetric15m(b *testing.B) {

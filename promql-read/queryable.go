@@ -50,12 +50,13 @@ func NewQueryable(a *archive.Archive, opts Options) (*Queryable, error) {
 		opts: opts, par: defaultParallelism()}}, nil
 }
 
-// CacheStats describes the decoded-segment cache, its pages included.
-func (q *Queryable) CacheStats() CacheStats {
-	c, p := q.s.cache.stats(), q.s.pages.stats()
-	return CacheStats{Bytes: c.Bytes + p.Bytes, MaxBytes: c.MaxBytes + p.MaxBytes, Entries: c.Entries + p.Entries,
-		Hits: c.Hits + p.Hits, Misses: c.Misses + p.Misses}
-}
+// CacheStats describes the segment cache: its segments' directories,
+// layouts and metadata (7/8 of Options.CacheBytes).
+func (q *Queryable) CacheStats() CacheStats { return q.s.cache.stats() }
+
+// PageCacheStats describes the cache of lone series' pages (the other
+// 1/8 of Options.CacheBytes; segpages.go).
+func (q *Queryable) PageCacheStats() CacheStats { return q.s.pages.stats() }
 
 // Querier returns a querier over [mint, maxt] (Unix ms, inclusive). It
 // holds no snapshot: each Select takes its own. All Selects of one querier

@@ -9,6 +9,7 @@ import (
 
 	"github.com/dendro-receiver/dendro-receiver/archive"
 	"github.com/dendro-receiver/dendro-receiver/membudget"
+	promread "github.com/dendro-receiver/dendro-receiver/promql-read"
 	"github.com/dendro-receiver/dendro-receiver/receiver"
 )
 
@@ -164,4 +165,43 @@ func (c *memoryCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.inUse, prometheus.GaugeValue, float64(st.InUse))
 	ch <- prometheus.MustNewConstMetric(c.waiting, prometheus.GaugeValue, float64(st.Waiting))
 	ch <- prometheus.MustNewConstMetric(c.refused, prometheus.CounterValue, float64(st.Refused))
+}
+
+// queryCacheCollector reports promql-read's segment caches: the one of
+// segments' directories, layouts and metadata, and the one of lone series'
+// pages (together --query.cache-bytes), so that an operator can see what
+// the reads hold of the memory budget and how often they find it.
+type queryCacheCollector struct {
+	q                                   *promread.Queryable
+	bytes, limit, entries, hits, misses *prometheus.Desc
+}
+
+func newQueryCacheCollector(q *promread.Queryable) *queryCacheCollector {
+	d := func(name, help string) *prometheus.Desc {
+		return prometheus.NewDesc("dendro_query_cache_"+name, help, []string{"cache"}, nil)
+	}
+	return &queryCacheCollector{q: q,
+		bytes:   d("bytes", "Bytes the read caches hold (cache=segments: directories, layouts and metadata; cache=pages: lone series' pages)."),
+		limit:   d("limit_bytes", "What each read cache may hold; together --query.cache-bytes."),
+		entries: d("entries", "Entries in each read cache."),
+		hits:    d("hits_total", "Lookups each read cache answered."),
+		misses:  d("misses_total", "Lookups each read cache could not answer."),
+	}
+}
+
+func (c *queryCacheCollector) Describe(ch chan<- *prometheus.Desc) {
+	prometheus.DescribeByCollect(c, ch)
+}
+
+func (c *queryCacheCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, s := range []struct {
+		cache string
+		st    promread.CacheStats
+	}{{"segments", c.q.CacheStats()}, {"pages", c.q.PageCacheStats()}} {
+		ch <- prometheus.MustNewConstMetric(c.bytes, prometheus.GaugeValue, float64(s.st.Bytes), s.cache)
+		ch <- prometheus.MustNewConstMetric(c.limit, prometheus.GaugeValue, float64(max(s.st.MaxBytes, 0)), s.cache)
+		ch <- prometheus.MustNewConstMetric(c.entries, prometheus.GaugeValue, float64(s.st.Entries), s.cache)
+		ch <- prometheus.MustNewConstMetric(c.hits, prometheus.CounterValue, float64(s.st.Hits), s.cache)
+		ch <- prometheus.MustNewConstMetric(c.misses, prometheus.CounterValue, float64(s.st.Misses), s.cache)
+	}
 }

@@ -408,6 +408,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, procs int
 		return usage("%v", err)
 	}
 
+	reg.MustRegister(newQueryCacheCollector(api.Queryable()))
+
 	var ready, warming atomic.Bool
 	warming.Store(true)
 	r := chi.NewRouter()
