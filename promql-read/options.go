@@ -25,7 +25,9 @@ type Options struct {
 	// LookbackDelta is PromQL's staleness window. 0 means 5 minutes.
 	LookbackDelta time.Duration
 	// CacheBytes bounds the cache of decoded segment data (immutable, keyed
-	// by segment identity). 0 means 256 MiB; negative disables the cache.
+	// by segment identity): 7/8 for directories, layouts and metadata, 1/8
+	// for the pages of series read one at a time (segpages.go). 0 means
+	// 256 MiB; negative disables the cache.
 	CacheBytes int64
 	// MaxBytesInFrame bounds one streamed remote-read frame. 0 means 1 MiB,
 	// Prometheus's default.
