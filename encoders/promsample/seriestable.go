@@ -177,21 +177,32 @@ func (t *SeriesTable) appendBinary(b []byte) []byte {
 	return b
 }
 
+// SeriesFunc receives the series of a table as ParseIndexFunc parses it,
+// in table order: its position, SeriesHash, and labels as (name, value)
+// ids into symbols. symbols and pairs belong to the parser: read them
+// during the call only.
+type SeriesFunc func(symbols []string, i int, hash uint64, pairs []uint32)
+
 // parseSeriesTable reads a series table; failures go to r.err. Without
 // withLabels it checks the labels (every symbol reference in range, every
 // shared prefix no longer than the series before it had) and keeps only
-// Rows and Hashes, as DropLabels leaves a table.
-func parseSeriesTable(r *reader, withLabels bool) *SeriesTable {
+// Rows and Hashes, as DropLabels leaves a table; then fn, if not nil, is
+// handed each series' labels as they are read.
+func parseSeriesTable(r *reader, withLabels bool, fn SeriesFunc) *SeriesTable {
 	t := &SeriesTable{}
 	nsym := r.count(1)
-	if withLabels {
-		t.Symbols = make([]string, 0, nsym)
+	var syms []string
+	if withLabels || fn != nil {
+		syms = make([]string, 0, nsym)
 	}
 	for i := 0; i < nsym && r.err == nil; i++ {
 		b := r.bytes(r.count(1))
-		if withLabels {
-			t.Symbols = append(t.Symbols, string(b))
+		if syms != nil {
+			syms = append(syms, string(b))
 		}
+	}
+	if withLabels {
+		t.Symbols = syms
 	}
 	ns := r.count(11) // a series takes at least 3 varints and a hash
 	t.Rows = make([]uint32, 0, ns)
@@ -201,7 +212,8 @@ func parseSeriesTable(r *reader, withLabels bool) *SeriesTable {
 		t.off = make([]uint32, 1, ns+1)
 	}
 	var prev []uint32
-	prevLen := 0 // len(prev), which is all !withLabels keeps of it
+	prevLen := 0     // len(prev), which is all !withLabels keeps of it
+	var cur []uint32 // fn's: the series' pairs, its shared prefix left in place
 	for i := 0; i < ns && r.err == nil; i++ {
 		shared := r.uvarint()
 		if r.err == nil && shared > uint64(prevLen/2) {
@@ -212,6 +224,9 @@ func parseSeriesTable(r *reader, withLabels bool) *SeriesTable {
 		if withLabels {
 			t.pairs = append(t.pairs, prev[:2*shared]...)
 		}
+		if fn != nil {
+			cur = cur[:2*shared] // len(cur) is prevLen
+		}
 		k := r.count(2)
 		for j := 0; j < 2*k && r.err == nil; j++ {
 			id := r.uvarint()
@@ -220,6 +235,8 @@ func parseSeriesTable(r *reader, withLabels bool) *SeriesTable {
 			}
 			if withLabels {
 				t.pairs = append(t.pairs, uint32(id))
+			} else if fn != nil {
+				cur = append(cur, uint32(id))
 			}
 		}
 		rows := r.uvarint()
@@ -230,6 +247,9 @@ func parseSeriesTable(r *reader, withLabels bool) *SeriesTable {
 		t.Hashes = append(t.Hashes, r.u64())
 		prevLen = 2*int(shared) + 2*k
 		if !withLabels {
+			if fn != nil && r.err == nil {
+				fn(syms, i, t.Hashes[i], cur)
+			}
 			continue
 		}
 		t.off = append(t.off, uint32(len(t.pairs)))
