@@ -10,8 +10,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/prometheus/prometheus/model/labels"
-
 	"github.com/dendro-receiver/dendro-receiver/archive"
 	"github.com/dendro-receiver/dendro-receiver/encoders/promsample"
 	"github.com/dendro-receiver/dendro-receiver/seriesindex"
@@ -91,6 +89,7 @@ func (s *store) syncSegments(tx *archive.ReadTx, src archive.SourceID, stream st
 		return removed, nil
 	}
 	loc := s.x.Loc(int64(src), stream)
+	ti := newTableIndexer(s.x)
 	for _, id := range todo {
 		raw, ok, err := tx.SegmentIndex(id.source, id.stream, id.seq)
 		if err != nil {
@@ -99,7 +98,7 @@ func (s *store) syncSegments(tx *archive.ReadTx, src archive.SourceID, stream st
 		if !ok {
 			return removed, fmt.Errorf("segment %d listed but absent", id.seq)
 		}
-		if err := s.indexSegment(tx, id, raw, loc); err != nil {
+		if err := s.indexSegment(tx, ti, id, raw, loc); err != nil {
 			return removed, fmt.Errorf("indexing segment %d: %w", id.seq, err)
 		}
 		s.idx.mu.Lock()
@@ -130,74 +129,40 @@ func (s *store) collect(src archive.SourceID, stream string, segs []archive.Stre
 
 // indexSegment adds the series of one segment (its catalog index raw) to
 // the index, and keeps its directory.
-func (s *store) indexSegment(tx *archive.ReadTx, id segmentID, raw []byte, loc seriesindex.Loc) error {
+func (s *store) indexSegment(tx *archive.ReadTx, ti *tableIndexer, id segmentID, raw []byte, loc seriesindex.Loc) error {
+	if promsample.IndexHasTable(raw) {
+		x, err := ti.index(raw, loc, id.lastTS)
+		if err != nil {
+			return err
+		}
+		d := newSegDir(&x)
+		s.cache.put(cacheKey{seg: id, kind: kindDir}, d, d.bytes)
+		return nil
+	}
+	return s.indexLegacy(tx, id, raw, loc)
+}
+
+// indexLegacy indexes a segment written before index format 2: its series
+// come from its label columns.
+func (s *store) indexLegacy(tx *archive.ReadTx, id segmentID, raw []byte, loc seriesindex.Loc) error {
 	x, err := promsample.ParseIndex(raw)
 	if err != nil {
 		return err
 	}
-	if x.Table == nil {
-		// Written before index format 2: its series come from its label
-		// columns.
-		b, err := s.segmentBytes(tx, id)
-		if err != nil {
-			return err
-		}
-		got, err := promsample.ReadSegment(b, promsample.AllTime())
-		if err != nil {
-			return err
-		}
-		for _, sr := range got {
-			ref, _ := s.x.Add(sr.Labels)
-			s.x.Observe(ref, loc, x.MinT, x.MaxT, id.lastTS)
-		}
-		s.cache.put(cacheKey{seg: id, kind: kindDir}, newSegDir(&x), 256)
-		return nil
+	b, err := s.segmentBytes(tx, id)
+	if err != nil {
+		return err
 	}
-	indexTable(s.x, x.Table, loc, x.MinT, x.MaxT, id.lastTS)
-	d := newSegDir(&x) // drops the table's labels
-	s.cache.put(cacheKey{seg: id, kind: kindDir}, d, d.bytes)
+	got, err := promsample.ReadSegment(b, promsample.AllTime())
+	if err != nil {
+		return err
+	}
+	for _, sr := range got {
+		ref, _ := s.x.Add(sr.Labels)
+		s.x.Observe(ref, loc, x.MinT, x.MaxT, id.lastTS)
+	}
+	s.cache.put(cacheKey{seg: id, kind: kindDir}, newSegDir(&x), 256)
 	return nil
-}
-
-// indexTable adds a series table's series to x, each observed at loc over
-// [minT, maxT] in a row received at recv. A series already in x is found
-// by its hash and its symbol ids (the table's, mapped to x's once per
-// symbol): no label set is built for it.
-func indexTable(x *seriesindex.Index, t *promsample.SeriesTable, loc seriesindex.Loc, minT, maxT, recv int64) {
-	const unknown = math.MaxUint32
-	remap := make([]uint32, len(t.Symbols))
-	for i, sym := range t.Symbols {
-		if id, ok := x.SymbolID(sym); ok {
-			remap[i] = id
-		} else {
-			remap[i] = unknown
-		}
-	}
-	var pairs []uint32
-	var sb labels.ScratchBuilder
-	for i := 0; i < t.Len(); i++ {
-		pairs = pairs[:0]
-		complete := true
-		for _, id := range t.Pairs(i) {
-			if remap[id] == unknown {
-				if got, ok := x.SymbolID(t.Symbols[id]); ok {
-					remap[id] = got
-				} else {
-					complete = false
-					break
-				}
-			}
-			pairs = append(pairs, remap[id])
-		}
-		var ref seriesindex.Ref
-		if complete {
-			ref = x.FindPairs(t.Hashes[i], pairs)
-		}
-		if ref == 0 {
-			ref, _ = x.Add(t.Labels(i, &sb))
-		}
-		x.Observe(ref, loc, minT, maxT, recv)
-	}
 }
 
 // syncStream brings the index up to the snapshot for one stream, and
@@ -373,8 +338,9 @@ func (s *store) warmSegments(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			ti := newTableIndexer(s.x)
 			for j := range jobs {
-				x, err := promsample.ParseIndex(j.raw)
+				x, err := ti.index(j.raw, j.loc, j.id.lastTS)
 				if err != nil {
 					select {
 					case errs <- fmt.Errorf("segment %d: %w", j.id.seq, err):
@@ -382,7 +348,6 @@ func (s *store) warmSegments(ctx context.Context) error {
 					}
 					continue
 				}
-				indexTable(s.x, x.Table, j.loc, x.MinT, x.MaxT, j.id.lastTS)
 				d := newSegDir(&x)
 				s.cache.put(cacheKey{seg: j.id, kind: kindDir}, d, d.bytes)
 				s.idx.mu.Lock()
@@ -424,7 +389,7 @@ func (s *store) warmSegments(ctx context.Context) error {
 			}
 			// An index without a series table: indexed from the
 			// segment's label columns, here (it needs the snapshot).
-			if err := s.indexSegment(c.tx, id, raw, loc); err != nil {
+			if err := s.indexLegacy(c.tx, id, raw, loc); err != nil {
 				return fmt.Errorf("indexing segment %d: %w", id.seq, err)
 			}
 			s.idx.mu.Lock()

@@ -596,6 +596,14 @@ func (x *Index) FindPairs(hash uint64, pairs []uint32) Ref {
 	return x.Find(hash, func(r Ref) bool { return x.pairsEqual(r, pairs) })
 }
 
+// HasPairs reports whether r is a live series with hash (its SeriesHash)
+// and the labels pairs, as FindPairs takes them. A caller that predicts a
+// series' Ref, from one it was handed by the index less than ReuseAfter
+// ago, confirms it with this instead of probing the hash table.
+func (x *Index) HasPairs(r Ref, hash uint64, pairs []uint32) bool {
+	return x.valid(r) && x.entry(r).hash == hash && x.pairsEqual(r, pairs)
+}
+
 // pairsEqual reports whether r's labels are pairs (symbol ids).
 func (x *Index) pairsEqual(r Ref, pairs []uint32) bool {
 	p := x.Pairs(r)
