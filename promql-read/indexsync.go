@@ -320,9 +320,10 @@ func (s *store) warmLayouts(ctx context.Context) int {
 	return n
 }
 
-// warmSegments indexes every segment not yet indexed, parsing and
-// inserting their series tables on GOMAXPROCS goroutines while one reads
-// them from the archive.
+// warmSegments indexes every segment, oldest first, parsing and inserting
+// their series tables on GOMAXPROCS goroutines (each predicting a stream's
+// series from the last table of it that goroutine indexed: tableIndexer)
+// while one reads them from the archive in one snapshot.
 func (s *store) warmSegments(ctx context.Context) error {
 	type job struct {
 		k   streamRef
@@ -356,23 +357,42 @@ func (s *store) warmSegments(ctx context.Context) error {
 			}
 		}()
 	}
-	err := s.viewStreams(ctx, nameConstraint{all: true}, func(c *catalog, src archive.SourceInfo, st string, segs []archive.StreamSegment) error {
-		k := streamRef{src.ID, st}
-		loc := s.x.Loc(int64(src.ID), st)
-		s.idx.mu.Lock()
-		if s.idx.segs == nil {
-			s.idx.segs = map[streamRef]map[segmentID]struct{}{}
+	err := s.a.View(ctx, func(tx *archive.ReadTx) error {
+		c, err := s.catalogFor(tx)
+		if err != nil {
+			return err
 		}
-		if s.idx.segs[k] == nil {
-			s.idx.segs[k] = map[segmentID]struct{}{}
+		var todo []job
+		if err := eachStream(c, nameConstraint{all: true}, func(src archive.SourceInfo, st string, segs []archive.StreamSegment) error {
+			k := streamRef{src.ID, st}
+			loc := s.x.Loc(int64(src.ID), st)
+			s.idx.mu.Lock()
+			if s.idx.segs == nil {
+				s.idx.segs = map[streamRef]map[segmentID]struct{}{}
+			}
+			if s.idx.segs[k] == nil {
+				s.idx.segs[k] = map[segmentID]struct{}{}
+			}
+			s.idx.mu.Unlock()
+			for _, m := range segs {
+				todo = append(todo, job{k: k, id: s.segID(src.ID, m), loc: loc})
+			}
+			return nil
+		}); err != nil {
+			return err
 		}
-		s.idx.mu.Unlock()
-		for _, m := range segs {
+		// Oldest first, by receipt, over every stream: each segment's
+		// directory goes into the cache as it is indexed, so when they do
+		// not all fit (an hour of 1 M-series data is ~500 MB of them) the
+		// cache keeps the newest, which the first questions after a
+		// restart mostly ask about. (Stream by stream, it kept the last
+		// streams' and none of the first ones'.)
+		slices.SortStableFunc(todo, func(a, b job) int { return cmp.Compare(a.id.lastTS, b.id.lastTS) })
+		for _, j := range todo {
 			if err := ctx.Err(); err != nil {
 				return err
 			}
-			id := s.segID(src.ID, m)
-			raw, ok, err := c.tx.SegmentIndex(id.source, id.stream, id.seq)
+			raw, ok, err := tx.SegmentIndex(j.id.source, j.id.stream, j.id.seq)
 			if err != nil {
 				return err
 			}
@@ -380,8 +400,9 @@ func (s *store) warmSegments(ctx context.Context) error {
 				continue // inside one snapshot a listed segment cannot vanish
 			}
 			if promsample.IndexHasTable(raw) {
+				j.raw = raw
 				select {
-				case jobs <- job{k: k, id: id, raw: raw, loc: loc}:
+				case jobs <- j:
 				case err := <-errs:
 					return err
 				}
@@ -389,11 +410,11 @@ func (s *store) warmSegments(ctx context.Context) error {
 			}
 			// An index without a series table: indexed from the
 			// segment's label columns, here (it needs the snapshot).
-			if err := s.indexLegacy(c.tx, id, raw, loc); err != nil {
-				return fmt.Errorf("indexing segment %d: %w", id.seq, err)
+			if err := s.indexLegacy(tx, j.id, raw, j.loc); err != nil {
+				return fmt.Errorf("indexing segment %d: %w", j.id.seq, err)
 			}
 			s.idx.mu.Lock()
-			s.idx.segs[k][id] = struct{}{}
+			s.idx.segs[j.k][j.id] = struct{}{}
 			s.idx.mu.Unlock()
 		}
 		return nil

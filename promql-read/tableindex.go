@@ -11,16 +11,17 @@ import (
 
 // tableIndexer adds segments' series tables to the series index. It is
 // one goroutine's (the caller's), and keeps what it learnt from the last
-// table it indexed: that table's series hashes and Refs, in table order.
+// table it indexed of each stream: that table's series hashes and Refs,
+// in table order.
 //
 // The segments of a stream list mostly the same series, in the same order
-// (metric name, then labels), so the last table predicts the next one's
-// series: a predicted Ref is confirmed by its hash and labels (HasPairs)
-// without probing the index's hash table. At a million series that probe
-// is a cache miss per series per segment, a third of the CPU of the index
-// rebuilt at open (an hour of 1 M-series data is 22 M table entries).
-// Predictions are held for one rebuild or one question's indexing, far
-// less than seriesindex.ReuseAfter, as HasPairs requires.
+// (metric name, then labels), so the stream's last table predicts the
+// next one's series: a predicted Ref is confirmed by its hash and labels
+// (HasPairs) without probing the index's hash table. At a million series
+// that probe is a cache miss per series per segment, a third of the CPU of
+// the index rebuilt at open (an hour of 1 M-series data is 22 M table
+// entries). Predictions are held for one rebuild or one question's
+// indexing, far less than seriesindex.ReuseAfter, as HasPairs requires.
 type tableIndexer struct {
 	x *seriesindex.Index
 
@@ -34,11 +35,17 @@ type tableIndexer struct {
 	freshIDs []uint32
 	freshOff []int
 
-	prevHashes []uint64 // the last table's, in table order
-	prevRefs   []seriesindex.Ref
-	next       int // the position in the last table expected next
+	last map[seriesindex.Loc]*lastTable
+	prev *lastTable // the last table of the stream being indexed, or nil
+	next int        // the position in prev expected next
 
 	predicted int // series found by prediction (tests)
+}
+
+// lastTable is what a tableIndexer keeps of a stream's last table.
+type lastTable struct {
+	hashes []uint64 // shared with the table's directory, never written
+	refs   []seriesindex.Ref
 }
 
 const (
@@ -46,7 +53,9 @@ const (
 	absent    = math.MaxUint32 - 1 // remap: the index has no such symbol
 )
 
-func newTableIndexer(x *seriesindex.Index) *tableIndexer { return &tableIndexer{x: x} }
+func newTableIndexer(x *seriesindex.Index) *tableIndexer {
+	return &tableIndexer{x: x, last: map[seriesindex.Loc]*lastTable{}}
+}
 
 // index parses a segment's catalog index raw and adds its series to the
 // index, each observed at loc over the segment's sample-time span in a row
@@ -54,7 +63,7 @@ func newTableIndexer(x *seriesindex.Index) *tableIndexer { return &tableIndexer{
 // A raw index that does not parse changes nothing in the index.
 func (ti *tableIndexer) index(raw []byte, loc seriesindex.Loc, recv int64) (promsample.Index, error) {
 	ti.refs, ti.fresh, ti.freshIDs, ti.freshOff = ti.refs[:0], ti.fresh[:0], ti.freshIDs[:0], append(ti.freshOff[:0], 0)
-	ti.next = 0
+	ti.prev, ti.next = ti.last[loc], 0
 	var symbols []string
 	x, err := promsample.ParseIndexFunc(raw, func(syms []string, i int, hash uint64, pairs []uint32) {
 		if i == 0 {
@@ -72,7 +81,6 @@ func (ti *tableIndexer) index(raw []byte, loc seriesindex.Loc, recv int64) (prom
 		}
 	})
 	if err != nil {
-		ti.prevHashes, ti.prevRefs = nil, ti.prevRefs[:0]
 		return x, err
 	}
 	if x.Table == nil {
@@ -93,8 +101,13 @@ func (ti *tableIndexer) index(raw []byte, loc seriesindex.Loc, recv int64) (prom
 	// The table's hashes are kept by its directory and never written, so
 	// they are shared, not copied; the Refs are swapped with the last
 	// table's buffer.
-	ti.prevHashes = x.Table.Hashes
-	ti.prevRefs, ti.refs = ti.refs, ti.prevRefs
+	lt := ti.prev
+	if lt == nil {
+		lt = &lastTable{}
+		ti.last[loc] = lt
+	}
+	lt.hashes = x.Table.Hashes
+	lt.refs, ti.refs = ti.refs, lt.refs
 	return x, nil
 }
 
@@ -118,9 +131,9 @@ func (ti *tableIndexer) find(syms []string, hash uint64, pairs []uint32) seriesi
 	}
 	// The last table's series at next, or the one after it (a series that
 	// left between the two segments).
-	for k := ti.next; k < ti.next+2 && k < len(ti.prevHashes); k++ {
-		if ti.prevHashes[k] == hash {
-			if r := ti.prevRefs[k]; ti.x.HasPairs(r, hash, ti.pairs) {
+	for k := ti.next; ti.prev != nil && k < ti.next+2 && k < len(ti.prev.hashes); k++ {
+		if ti.prev.hashes[k] == hash {
+			if r := ti.prev.refs[k]; ti.x.HasPairs(r, hash, ti.pairs) {
 				ti.next = k + 1
 				ti.predicted++
 				return r

@@ -13,15 +13,18 @@ import (
 )
 
 // tablesOf writes one sealed segment per element of ids (the series
-// up{id=...} it holds, one sample each at t) and returns the catalog
-// indexes of the stream's segments, in seq order.
-func tablesOf(t *testing.T, ids ...[]int) [][]byte {
+// up{id=...} it holds, one sample each) and returns the catalog indexes of
+// the stream's segments, in seq order.
+func tablesOf(t *testing.T, ids ...[]int) [][]byte { return tablesOfMetric(t, "up", ids...) }
+
+// tablesOfMetric is tablesOf with series of metric name.
+func tablesOfMetric(t *testing.T, name string, ids ...[]int) [][]byte {
 	t.Helper()
 	f := newFixture(t)
 	for k, set := range ids {
 		var b promsample.Batch
 		for _, i := range set {
-			b.Series = append(b.Series, promsample.Series{Labels: ls("__name__", "up", "id", fmt.Sprint(i)),
+			b.Series = append(b.Series, promsample.Series{Labels: ls("__name__", name, "id", fmt.Sprint(i)),
 				Samples: []promsample.Sample{{T: int64(1000 * (k + 1)), V: float64(i)}}})
 		}
 		f.write("a", b)
@@ -144,8 +147,9 @@ func TestTableIndexerPredicts(t *testing.T) {
 	// Every prediction points at the neighbour's Ref: each is refused, and
 	// the index is the same.
 	wrong, predicted := indexWith(t, raws, true, func(ti *tableIndexer) {
-		rot := append(append([]seriesindex.Ref(nil), ti.prevRefs[1:]...), ti.prevRefs[0])
-		ti.prevRefs = rot
+		for _, lt := range ti.last {
+			lt.refs = append(append([]seriesindex.Ref(nil), lt.refs[1:]...), lt.refs[0])
+		}
 	})
 	if predicted != 0 {
 		t.Fatalf("%d wrong predictions taken", predicted)
@@ -177,5 +181,19 @@ func TestTableIndexerPredicts(t *testing.T) {
 	}
 	if a, b, _ := x.Span(x.Get(series[5])); a != 1000 || b != 3000 {
 		t.Fatalf("after a whole table: [%d,%d], want [1000,3000]", a, b)
+	}
+
+	// Tables of two streams in turn: each is predicted from its own
+	// stream's last table.
+	other := tablesOfMetric(t, "down", upTo(100))
+	y := seriesindex.New()
+	ti = newTableIndexer(y)
+	for k, raw := range [][]byte{raws[0], other[0], raws[1]} {
+		if _, err := ti.index(raw, y.Loc(1, []string{"s", "t", "s"}[k]), int64(k+1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ti.predicted < 98 {
+		t.Fatalf("across two streams, %d series predicted, want 98", ti.predicted)
 	}
 }

@@ -3,6 +3,7 @@ package promread
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"testing"
 
 	"github.com/dendro-receiver/dendro-receiver/archive"
@@ -138,4 +139,80 @@ func withCache(t *testing.T, f *fixture, n int64) *Queryable {
 	}
 	q.s.cache = newCache(n)
 	return q
+}
+
+// Warm indexes segments oldest first over every stream, so that a cache
+// too small for every directory keeps the newest segments' (those the
+// first questions after a restart mostly ask about), whatever their
+// stream; stream by stream it kept the last streams' whole and none of
+// the first ones'.
+func TestWarmKeepsTheNewestDirectories(t *testing.T) {
+	f := newFixture(t)
+	// Two metrics in different streams, 40 series each, four seals.
+	names := []string{"up"}
+	for i := 0; len(names) < 2; i++ {
+		if n := fmt.Sprint("m", i); promsample.StreamFor(n, testBuckets) != promsample.StreamFor("up", testBuckets) {
+			names = append(names, n)
+		}
+	}
+	const rounds = 4
+	for r := range int64(rounds) {
+		var b promsample.Batch
+		for _, n := range names {
+			for i := range 40 {
+				b.Series = append(b.Series, promsample.Series{Labels: ls("__name__", n, "i", fmt.Sprint(i)),
+					Samples: []promsample.Sample{{T: r * 60_000, V: 1}}})
+			}
+		}
+		f.write("alpha", b)
+		f.seal("alpha")
+	}
+	var ids []segmentID // stream by stream, by seq
+	big, err := NewQueryable(f.a, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := big.s.viewStreams(context.Background(), nameConstraint{all: true}, func(_ *catalog, src archive.SourceInfo, _ string, segs []archive.StreamSegment) error {
+		for _, m := range segs {
+			ids = append(ids, big.s.segID(src.ID, m))
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(ids) != len(names)*rounds {
+		t.Fatalf("%d segments, want %d", len(ids), len(names)*rounds)
+	}
+	if err := big.s.warmSegments(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// Room for the directories of the two newest rounds.
+	var budget int64
+	for i, id := range ids {
+		v, ok := big.s.cache.get(cacheKey{seg: id, kind: kindDir})
+		if !ok {
+			t.Fatalf("default cache: no directory for segment %d", i)
+		}
+		if i%rounds >= rounds-2 {
+			budget += v.(*segDir).bytes + 128
+		}
+	}
+	q := withCache(t, f, budget+64)
+	// One worker: directories go into the cache in the order they were
+	// indexed. (With more, the few segments in flight at once may swap.)
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	if err := q.s.warmSegments(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var got []bool
+	for _, id := range ids {
+		_, ok := q.s.cache.get(cacheKey{seg: id, kind: kindDir})
+		got = append(got, ok)
+	}
+	for i, ok := range got {
+		// Every stream's newest segment is kept, and its oldest is not.
+		if r := i % rounds; (r == rounds-1 && !ok) || (r == 0 && ok) {
+			t.Fatalf("directories cached, stream by stream, oldest first: %v; want each stream's newest and not its oldest", got)
+		}
+	}
 }
