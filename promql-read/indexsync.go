@@ -35,8 +35,29 @@ import (
 // indexState is what the store knows it has indexed.
 type indexState struct {
 	mu    sync.Mutex
-	segs  map[streamRef]map[segmentID]struct{}
+	segs  map[streamRef]map[segmentID]segSpan // each stream's segments indexed
 	tails map[streamRef]*tail
+}
+
+// segSpan is an indexed segment's sample-time span (Unix ms, inclusive;
+// minT > maxT when it holds no sample), from its index. A question skips
+// a segment outside its range by it, without the segment's directory,
+// which the cache may have let go: an hour of 1 M-series data has more
+// directories than the default cache holds, and one rebuilt only to find
+// its segment out of range cost 7-11 ms.
+type segSpan struct{ minT, maxT int64 }
+
+func spanOf(x *promsample.Index) segSpan { return segSpan{x.MinT, x.MaxT} }
+
+// outside reports whether no sample of the span is in [mint, maxt].
+func (sp segSpan) outside(mint, maxt int64) bool { return sp.minT > maxt || sp.maxT < mint }
+
+// segSpan returns the span of a segment of stream k, if it was indexed.
+func (s *store) segSpan(k streamRef, id segmentID) (segSpan, bool) {
+	s.idx.mu.Lock()
+	defer s.idx.mu.Unlock()
+	sp, ok := s.idx.segs[k][id]
+	return sp, ok
 }
 
 // tailOf returns a stream's tail, making it.
@@ -60,11 +81,11 @@ func (s *store) syncSegments(tx *archive.ReadTx, src archive.SourceID, stream st
 	k := streamRef{src, stream}
 	s.idx.mu.Lock()
 	if s.idx.segs == nil {
-		s.idx.segs = map[streamRef]map[segmentID]struct{}{}
+		s.idx.segs = map[streamRef]map[segmentID]segSpan{}
 	}
 	known := s.idx.segs[k]
 	if known == nil {
-		known = map[segmentID]struct{}{}
+		known = map[segmentID]segSpan{}
 		s.idx.segs[k] = known
 	}
 	var todo []segmentID
@@ -98,11 +119,12 @@ func (s *store) syncSegments(tx *archive.ReadTx, src archive.SourceID, stream st
 		if !ok {
 			return removed, fmt.Errorf("segment %d listed but absent", id.seq)
 		}
-		if err := s.indexSegment(tx, ti, id, raw, loc); err != nil {
+		sp, err := s.indexSegment(tx, ti, id, raw, loc)
+		if err != nil {
 			return removed, fmt.Errorf("indexing segment %d: %w", id.seq, err)
 		}
 		s.idx.mu.Lock()
-		known[id] = struct{}{}
+		known[id] = sp
 		s.idx.mu.Unlock()
 	}
 	return removed, nil
@@ -128,41 +150,41 @@ func (s *store) collect(src archive.SourceID, stream string, segs []archive.Stre
 }
 
 // indexSegment adds the series of one segment (its catalog index raw) to
-// the index, and keeps its directory.
-func (s *store) indexSegment(tx *archive.ReadTx, ti *tableIndexer, id segmentID, raw []byte, loc seriesindex.Loc) error {
+// the index, keeps its directory, and returns its span.
+func (s *store) indexSegment(tx *archive.ReadTx, ti *tableIndexer, id segmentID, raw []byte, loc seriesindex.Loc) (segSpan, error) {
 	if promsample.IndexHasTable(raw) {
 		x, err := ti.index(raw, loc, id.lastTS)
 		if err != nil {
-			return err
+			return segSpan{}, err
 		}
 		d := newSegDir(&x)
 		s.cache.put(cacheKey{seg: id, kind: kindDir}, d, d.bytes)
-		return nil
+		return spanOf(&x), nil
 	}
 	return s.indexLegacy(tx, id, raw, loc)
 }
 
 // indexLegacy indexes a segment written before index format 2: its series
 // come from its label columns.
-func (s *store) indexLegacy(tx *archive.ReadTx, id segmentID, raw []byte, loc seriesindex.Loc) error {
+func (s *store) indexLegacy(tx *archive.ReadTx, id segmentID, raw []byte, loc seriesindex.Loc) (segSpan, error) {
 	x, err := promsample.ParseIndex(raw)
 	if err != nil {
-		return err
+		return segSpan{}, err
 	}
 	b, err := s.segmentBytes(tx, id)
 	if err != nil {
-		return err
+		return segSpan{}, err
 	}
 	got, err := promsample.ReadSegment(b, promsample.AllTime())
 	if err != nil {
-		return err
+		return segSpan{}, err
 	}
 	for _, sr := range got {
 		ref, _ := s.x.Add(sr.Labels)
 		s.x.Observe(ref, loc, x.MinT, x.MaxT, id.lastTS)
 	}
 	s.cache.put(cacheKey{seg: id, kind: kindDir}, newSegDir(&x), 256)
-	return nil
+	return spanOf(&x), nil
 }
 
 // syncStream brings the index up to the snapshot for one stream, and
@@ -352,7 +374,7 @@ func (s *store) warmSegments(ctx context.Context) error {
 				d := newSegDir(&x)
 				s.cache.put(cacheKey{seg: j.id, kind: kindDir}, d, d.bytes)
 				s.idx.mu.Lock()
-				s.idx.segs[j.k][j.id] = struct{}{}
+				s.idx.segs[j.k][j.id] = spanOf(&x)
 				s.idx.mu.Unlock()
 			}
 		}()
@@ -368,10 +390,10 @@ func (s *store) warmSegments(ctx context.Context) error {
 			loc := s.x.Loc(int64(src.ID), st)
 			s.idx.mu.Lock()
 			if s.idx.segs == nil {
-				s.idx.segs = map[streamRef]map[segmentID]struct{}{}
+				s.idx.segs = map[streamRef]map[segmentID]segSpan{}
 			}
 			if s.idx.segs[k] == nil {
-				s.idx.segs[k] = map[segmentID]struct{}{}
+				s.idx.segs[k] = map[segmentID]segSpan{}
 			}
 			s.idx.mu.Unlock()
 			for _, m := range segs {
@@ -410,11 +432,12 @@ func (s *store) warmSegments(ctx context.Context) error {
 			}
 			// An index without a series table: indexed from the
 			// segment's label columns, here (it needs the snapshot).
-			if err := s.indexLegacy(tx, j.id, raw, j.loc); err != nil {
+			sp, err := s.indexLegacy(tx, j.id, raw, j.loc)
+			if err != nil {
 				return fmt.Errorf("indexing segment %d: %w", j.id.seq, err)
 			}
 			s.idx.mu.Lock()
-			s.idx.segs[j.k][j.id] = struct{}{}
+			s.idx.segs[j.k][j.id] = sp
 			s.idx.mu.Unlock()
 		}
 		return nil

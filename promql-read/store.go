@@ -406,8 +406,13 @@ func (s *store) selectPieces(ctx context.Context, p selectParams) (*selection, e
 // readStream adds to acc what refs (sorted) hold in range in one stream:
 // its sealed segments in seq order, then its live tail.
 func (s *store) readStream(c *catalog, src archive.SourceID, stream string, segs []archive.StreamSegment, refs []seriesindex.Ref, p selectParams, acc *accumulator) error {
+	k := streamRef{src, stream}
 	for _, m := range segs {
-		if err := s.readSegment(c.tx, s.segID(src, m), refs, p, acc); err != nil {
+		id := s.segID(src, m)
+		if sp, ok := s.segSpan(k, id); ok && sp.outside(p.mint, p.maxt) {
+			continue
+		}
+		if err := s.readSegment(c.tx, id, refs, p, acc); err != nil {
 			return err
 		}
 	}

@@ -6,6 +6,9 @@ import (
 	"runtime"
 	"testing"
 
+	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/storage"
+
 	"github.com/dendro-receiver/dendro-receiver/archive"
 	"github.com/dendro-receiver/dendro-receiver/encoders/promsample"
 )
@@ -213,6 +216,62 @@ func TestWarmKeepsTheNewestDirectories(t *testing.T) {
 		// Every stream's newest segment is kept, and its oldest is not.
 		if r := i % rounds; (r == rounds-1 && !ok) || (r == 0 && ok) {
 			t.Fatalf("directories cached, stream by stream, oldest first: %v; want each stream's newest and not its oldest", got)
+		}
+	}
+}
+
+// A question skips the segments outside its range by their spans, which
+// the index keeps: it never rebuilds the directory of one the cache let
+// go only to find it out of range.
+func TestQuestionsSkipSegmentsOutOfRangeWithoutTheirDirectories(t *testing.T) {
+	f := newFixture(t)
+	const hours = 4
+	for h := range int64(hours) {
+		var b promsample.Batch
+		for i := range 10 {
+			b.Series = append(b.Series, promsample.Series{Labels: ls("__name__", "up", "i", fmt.Sprint(i)),
+				Samples: floats(h*3600_000, (h+1)*3600_000-1, 60_000, func(t int64) float64 { return float64(t) })})
+		}
+		f.write("alpha", b)
+		f.seal("alpha")
+	}
+	q, err := NewQueryable(f.a, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Warm(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var ids []segmentID
+	if err := q.s.viewStreams(context.Background(), nameConstraint{all: true}, func(_ *catalog, src archive.SourceInfo, _ string, segs []archive.StreamSegment) error {
+		for _, m := range segs {
+			ids = append(ids, q.s.segID(src.ID, m))
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(ids) != hours {
+		t.Fatalf("%d segments, want %d", len(ids), hours)
+	}
+	for _, id := range ids {
+		q.s.cache.remove(cacheKey{seg: id, kind: kindDir})
+	}
+	// The last hour.
+	mint, maxt := int64(hours-1)*3600_000, int64(hours)*3600_000-1
+	querier, err := q.Querier(mint, maxt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := readAll(t, querier.Select(context.Background(), true, &storage.SelectHints{Start: mint, End: maxt},
+		mustMatcher(labels.MatchEqual, "i", "3")))
+	if len(got) != 1 || len(got[0].floats) != 60 || got[0].floats[0].T != mint {
+		t.Fatalf("the last hour of i=3: %d series, %v", len(got), got)
+	}
+	for i, id := range ids {
+		_, ok := q.s.cache.get(cacheKey{seg: id, kind: kindDir})
+		if want := i == hours-1; ok != want {
+			t.Errorf("segment %d of %d: directory cached %v after a question about the last hour, want %v", i, hours, ok, want)
 		}
 	}
 }
