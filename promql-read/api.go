@@ -63,8 +63,11 @@ func NewAPI(a *archive.Archive, opts Options) (*API, error) {
 }
 
 // WarmEngine evaluates one range query of one series, a rate over the
-// last hour of its data, through the engine and the answer's encoding, and
-// discards the answer. A server calls it after Queryable.Warm, before it
+// last five minutes of its data, through the engine and the answer's
+// encoding, and discards the answer. (It asked for the last hour until
+// that hour held more segments' directories than the cache: at a million
+// series it rebuilt its stream's oldest and evicted the newest of the
+// others, which the first questions after the restart then rebuilt.) A server calls it after Queryable.Warm, before it
 // reports ready: the first PromQL question after a restart otherwise paid
 // for the first run of that code (the engine, the parser, the selection
 // and segment reads, the JSON answer): an instant query of vector(1) took
@@ -86,7 +89,7 @@ func (api *API) WarmEngine(ctx context.Context) error {
 		return nil
 	}
 	end := time.UnixMilli(maxT)
-	qry, err := api.engine.NewRangeQuery(ctx, api.q, nil, "rate("+x.Labels(r).String()+"[5m])", end.Add(-time.Hour), end, time.Minute)
+	qry, err := api.engine.NewRangeQuery(ctx, api.q, nil, "rate("+x.Labels(r).String()+"[5m])", end.Add(-5*time.Minute), end, time.Minute)
 	if err != nil {
 		return err
 	}
