@@ -2,6 +2,7 @@ package promread
 
 import (
 	"math"
+	"time"
 
 	"github.com/prometheus/prometheus/model/labels"
 
@@ -20,8 +21,10 @@ import (
 // (HasPairs) without probing the index's hash table. At a million series
 // that probe is a cache miss per series per segment, a third of the CPU of
 // the index rebuilt at open (an hour of 1 M-series data is 22 M table
-// entries). Predictions are held for one rebuild or one question's
-// indexing, far less than seriesindex.ReuseAfter, as HasPairs requires.
+// entries). HasPairs requires that a predicted Ref was handed out less
+// than seriesindex.ReuseAfter ago: a stream's last table is not used
+// once it is older than half that (a rebuild of weeks of data can take
+// longer).
 type tableIndexer struct {
 	x *seriesindex.Index
 
@@ -46,7 +49,11 @@ type tableIndexer struct {
 type lastTable struct {
 	hashes []uint64 // shared with the table's directory, never written
 	refs   []seriesindex.Ref
+	at     time.Time // when its Refs were found
 }
+
+// predictFor is how long a last table's Refs are used as predictions.
+const predictFor = seriesindex.ReuseAfter / 2
 
 const (
 	notLooked = math.MaxUint32     // remap: not asked of the index yet
@@ -64,6 +71,9 @@ func newTableIndexer(x *seriesindex.Index) *tableIndexer {
 func (ti *tableIndexer) index(raw []byte, loc seriesindex.Loc, recv int64) (promsample.Index, error) {
 	ti.refs, ti.fresh, ti.freshIDs, ti.freshOff = ti.refs[:0], ti.fresh[:0], ti.freshIDs[:0], append(ti.freshOff[:0], 0)
 	ti.prev, ti.next = ti.last[loc], 0
+	if ti.prev != nil && time.Since(ti.prev.at) > predictFor {
+		ti.prev.hashes, ti.prev.refs = nil, ti.prev.refs[:0]
+	}
 	var symbols []string
 	x, err := promsample.ParseIndexFunc(raw, func(syms []string, i int, hash uint64, pairs []uint32) {
 		if i == 0 {
@@ -106,7 +116,7 @@ func (ti *tableIndexer) index(raw []byte, loc seriesindex.Loc, recv int64) (prom
 		lt = &lastTable{}
 		ti.last[loc] = lt
 	}
-	lt.hashes = x.Table.Hashes
+	lt.hashes, lt.at = x.Table.Hashes, time.Now()
 	lt.refs, ti.refs = ti.refs, lt.refs
 	return x, nil
 }

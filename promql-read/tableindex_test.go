@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/prometheus/prometheus/model/labels"
 
@@ -195,5 +196,22 @@ func TestTableIndexerPredicts(t *testing.T) {
 	}
 	if ti.predicted < 98 {
 		t.Fatalf("across two streams, %d series predicted, want 98", ti.predicted)
+	}
+
+	// A last table found longer ago than predictFor predicts nothing
+	// (its Refs may have been removed and handed to other series since).
+	z := seriesindex.New()
+	ti = newTableIndexer(z)
+	if _, err := ti.index(raws[0], z.Loc(1, "s"), 1); err != nil {
+		t.Fatal(err)
+	}
+	for _, lt := range ti.last {
+		lt.at = lt.at.Add(-predictFor - time.Second)
+	}
+	if _, err := ti.index(raws[1], z.Loc(1, "s"), 2); err != nil {
+		t.Fatal(err)
+	}
+	if ti.predicted != 0 || z.Len() != 101 {
+		t.Fatalf("from a stale table: %d predicted, %d series", ti.predicted, z.Len())
 	}
 }

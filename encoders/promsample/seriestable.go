@@ -179,8 +179,9 @@ func (t *SeriesTable) appendBinary(b []byte) []byte {
 
 // SeriesFunc receives the series of a table as ParseIndexFunc parses it,
 // in table order: its position, SeriesHash, and labels as (name, value)
-// ids into symbols. symbols and pairs belong to the parser: read them
-// during the call only.
+// ids into symbols. symbols is the table's, the same slice at every call,
+// and is never written after; pairs belongs to the parser: read it during
+// the call only.
 type SeriesFunc func(symbols []string, i int, hash uint64, pairs []uint32)
 
 // parseSeriesTable reads a series table; failures go to r.err. Without
