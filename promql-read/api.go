@@ -67,12 +67,13 @@ func NewAPI(a *archive.Archive, opts Options) (*API, error) {
 // encoding, and discards the answer. (It asked for the last hour until
 // that hour held more segments' directories than the cache: at a million
 // series it rebuilt its stream's oldest and evicted the newest of the
-// others, which the first questions after the restart then rebuilt.) A server calls it after Queryable.Warm, before it
-// reports ready: the first PromQL question after a restart otherwise paid
-// for the first run of that code (the engine, the parser, the selection
-// and segment reads, the JSON answer): an instant query of vector(1) took
-// 4-7 ms the first time on a 1 M-series server and 0.3-0.6 ms after. It
-// only saves time, so it returns what went wrong and the caller logs it.
+// others, which the first questions after the restart then rebuilt.) A
+// server calls it after Queryable.Warm, before it reports ready: the
+// first PromQL question after a restart otherwise paid for the first run
+// of that code (the engine, the parser, the selection and segment reads,
+// the JSON answer): an instant query of vector(1) took 4-7 ms the first
+// time on a 1 M-series server and 0.3-0.6 ms after. It only saves time,
+// so it returns what went wrong and the caller logs it.
 func (api *API) WarmEngine(ctx context.Context) error {
 	x := api.s.x
 	names := x.LabelValues(labels.MetricName, nil, math.MinInt64, math.MaxInt64)
