@@ -131,6 +131,22 @@ func TestWarmCachesTheNewestLayouts(t *testing.T) {
 	}
 }
 
+// segmentIDs returns the ids of every segment q's archive holds, stream by
+// stream, by seq.
+func segmentIDs(t *testing.T, q *Queryable) []segmentID {
+	t.Helper()
+	var ids []segmentID
+	if err := q.s.viewStreams(context.Background(), nameConstraint{all: true}, func(_ *catalog, src archive.SourceInfo, _ string, segs []archive.StreamSegment) error {
+		for _, m := range segs {
+			ids = append(ids, q.s.segID(src.ID, m))
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return ids
+}
+
 // withCache returns a Queryable over f's archive whose cache of
 // directories and layouts holds n bytes (Options.CacheBytes also pays for
 // the page cache).
@@ -170,19 +186,11 @@ func TestWarmKeepsTheNewestDirectories(t *testing.T) {
 		f.write("alpha", b)
 		f.seal("alpha")
 	}
-	var ids []segmentID // stream by stream, by seq
 	big, err := NewQueryable(f.a, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := big.s.viewStreams(context.Background(), nameConstraint{all: true}, func(_ *catalog, src archive.SourceInfo, _ string, segs []archive.StreamSegment) error {
-		for _, m := range segs {
-			ids = append(ids, big.s.segID(src.ID, m))
-		}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	ids := segmentIDs(t, big) // stream by stream, by seq
 	if len(ids) != len(names)*rounds {
 		t.Fatalf("%d segments, want %d", len(ids), len(names)*rounds)
 	}
@@ -242,15 +250,7 @@ func TestQuestionsSkipSegmentsOutOfRangeWithoutTheirDirectories(t *testing.T) {
 	if err := q.Warm(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	var ids []segmentID
-	if err := q.s.viewStreams(context.Background(), nameConstraint{all: true}, func(_ *catalog, src archive.SourceInfo, _ string, segs []archive.StreamSegment) error {
-		for _, m := range segs {
-			ids = append(ids, q.s.segID(src.ID, m))
-		}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	ids := segmentIDs(t, q)
 	if len(ids) != hours {
 		t.Fatalf("%d segments, want %d", len(ids), hours)
 	}
