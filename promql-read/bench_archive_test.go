@@ -7,7 +7,10 @@ import (
 	"math/rand"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -258,4 +261,61 @@ func BenchmarkArchiveWholeMetricServer15m(b *testing.B) {
 		mint, maxt := ab.window(rng)
 		ask(mint, maxt, ab.names[rng.Intn(len(ab.names))])
 	}
+}
+
+// BenchmarkArchiveFirstOneSeries1h measures the first questions after a
+// restart: each iteration opens the archive anew (fresh connections, an
+// empty cache), warms it as the server does before it reports ready
+// (Warm, WarmEngine), then asks the handler a one-series rate over the
+// last hour of data (the repository benchmark's question) for a series
+// picked at random, then for a second one, then the first again. Run it
+// with -benchtime Nx: an iteration costs a whole warm-up.
+func BenchmarkArchiveFirstOneSeries1h(b *testing.B) {
+	ab := openBenchArchive(b)
+	ctx := context.Background()
+	rng := rand.New(rand.NewSource(1))
+	ask := func(h http.Handler, ls labels.Labels) time.Duration {
+		var sel []string
+		for _, m := range equalities(ls)[1:] {
+			sel = append(sel, m.String())
+		}
+		q := url.Values{"query": {"rate(" + ls.Get(labels.MetricName) + "{" + strings.Join(sel, ",") + "}[5m])"},
+			"start": {strconv.FormatInt(ab.maxt/1000-3600, 10)}, "end": {strconv.FormatInt(ab.maxt/1000, 10)}, "step": {"15"}}
+		w := &discardWriter{}
+		t0 := time.Now()
+		h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/api/v1/query_range?"+q.Encode(), nil))
+		d := time.Since(t0)
+		if w.status != http.StatusOK || w.n == 0 {
+			b.Fatalf("status %d, %d bytes", w.status, w.n)
+		}
+		return d
+	}
+	var first, second, again []time.Duration
+	for b.Loop() {
+		a, err := archive.Open(ab.a.Path())
+		if err != nil {
+			b.Fatal(err)
+		}
+		api, err := NewAPI(a, Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := api.Queryable().Warm(ctx); err != nil {
+			b.Fatal(err)
+		}
+		if err := api.WarmEngine(ctx); err != nil {
+			b.Fatal(err)
+		}
+		h := api.Handler()
+		one, two := ab.series[rng.Intn(len(ab.series))], ab.series[rng.Intn(len(ab.series))]
+		first = append(first, ask(h, one))
+		second = append(second, ask(h, two))
+		again = append(again, ask(h, one))
+		if err := a.Close(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(percentile(first, 0.5).Microseconds())/1000, "first-p50-ms")
+	b.ReportMetric(float64(percentile(second, 0.5).Microseconds())/1000, "second-p50-ms")
+	b.ReportMetric(float64(percentile(again, 0.5).Microseconds())/1000, "again-p50-ms")
 }
