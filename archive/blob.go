@@ -61,7 +61,7 @@ const (
 // through, the out-pointer sqlite3_blob_open fills and the names it is
 // given.
 type blobBuf struct {
-	data, pp, schema, table, column uintptr
+	data, pp, schema, table, column, index uintptr
 }
 
 func newBlobBuf(tls *libc.TLS) (*blobBuf, error) {
@@ -70,7 +70,7 @@ func newBlobBuf(tls *libc.TLS) (*blobBuf, error) {
 	for _, f := range []struct {
 		p *uintptr
 		s string
-	}{{&b.schema, "main"}, {&b.table, "segments"}, {&b.column, "bytes"}} {
+	}{{&b.schema, "main"}, {&b.table, "segments"}, {&b.column, "bytes"}, {&b.index, "caller_index"}} {
 		if *f.p, err = libc.CString(f.s); err != nil {
 			b.free(tls)
 			return nil, err
@@ -85,7 +85,7 @@ func newBlobBuf(tls *libc.TLS) (*blobBuf, error) {
 }
 
 func (b *blobBuf) free(tls *libc.TLS) {
-	for _, p := range []uintptr{b.data, b.pp, b.schema, b.table, b.column} {
+	for _, p := range []uintptr{b.data, b.pp, b.schema, b.table, b.column, b.index} {
 		if p != 0 {
 			libc.Xfree(tls, p)
 		}
@@ -171,7 +171,7 @@ func (tx *ReadTx) OpenSegment(source SourceID, stream string, seq int64) (b *Seg
 			if !ok {
 				return nil
 			}
-			return b.open(tls, db, rowid)
+			return b.open(tls, db, rowid, false)
 		})
 		if err != nil {
 			return nil, false, err
@@ -187,6 +187,67 @@ func (tx *ReadTx) OpenSegment(source SourceID, stream string, seq int64) (b *Seg
 		tx.blobs = append(tx.blobs, b)
 	}
 	return b, true, nil
+}
+
+// SegmentIndexHead returns the first n bytes (at most 64 KiB) of one
+// segment's caller index (all of it when it is shorter; nil when it has
+// none); ok is false when
+// the segment is absent. It reads them in place, as OpenSegment reads a
+// segment: a caller that needs only the head of each of many indexes (a
+// reader learning their time spans, for instance) does not pay for
+// copying every index whole, which SELECT does (an index is megabytes at
+// a million series).
+func (tx *ReadTx) SegmentIndexHead(source SourceID, stream string, seq int64, n int) (head []byte, ok bool, err error) {
+	if n < 0 || n > blobBufSize {
+		return nil, false, fmt.Errorf("archive: index head of %d bytes (at most %d)", n, blobBufSize)
+	}
+	var rowid int64
+	var size sql.NullInt64
+	err = tx.q.QueryRowContext(tx.ctx, `SELECT rowid, length(caller_index) FROM segments WHERE source_id = ?1 AND stream = ?2 AND seq = ?3`,
+		source, stream, seq).Scan(&rowid, &size)
+	if err == sql.ErrNoRows {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, sqlErr("read segment index head", err)
+	}
+	if !size.Valid {
+		return nil, true, nil // no caller index
+	}
+	head = make([]byte, min(int64(n), size.Int64))
+	read := false
+	if conn, isConn := tx.q.(*sql.Conn); isConn && len(head) > 0 {
+		// Opened, read and closed at once: a caller reading the heads
+		// of thousands of indexes in one snapshot holds no handle.
+		err = conn.Raw(func(dc any) error {
+			db, tls, ok := blobHandle(dc)
+			if !ok {
+				return nil
+			}
+			b := &SegmentBlob{tx: tx, size: size.Int64}
+			if err := b.open(tls, db, rowid, true); err != nil {
+				return err
+			}
+			defer b.close(tls)
+			if rc := sqlite3.Xsqlite3_blob_read(tls, b.h, b.buf.data, int32(len(head)), 0); rc != sqlite3.SQLITE_OK {
+				return fmt.Errorf("archive: read segment index head: sqlite %d", rc)
+			}
+			copy(head, libc.GoBytes(b.buf.data, len(head)))
+			read = true
+			return nil
+		})
+		if err != nil {
+			return nil, false, err
+		}
+	}
+	if !read && len(head) > 0 { // no in-place reads on this connection: the whole index
+		index, ok, err := tx.SegmentIndex(source, stream, seq)
+		if err != nil || !ok {
+			return nil, ok, err
+		}
+		return index[:min(n, len(index))], true, nil
+	}
+	return head, true, nil
 }
 
 // blobHandle returns the sqlite3 pointer and C thread state of a
@@ -205,12 +266,17 @@ func blobHandle(dc any) (db uintptr, tls *libc.TLS, ok bool) {
 	return db, tls, db != 0 && tls != nil
 }
 
-func (b *SegmentBlob) open(tls *libc.TLS, db uintptr, rowid int64) error {
+// open opens the handle on the segment's bytes, or on its caller index.
+func (b *SegmentBlob) open(tls *libc.TLS, db uintptr, rowid int64, index bool) error {
 	buf, err := b.tx.bufs.get(tls)
 	if err != nil {
 		return err
 	}
-	if rc := sqlite3.Xsqlite3_blob_open(tls, db, buf.schema, buf.table, buf.column, rowid, 0, buf.pp); rc != sqlite3.SQLITE_OK {
+	column := buf.column
+	if index {
+		column = buf.index
+	}
+	if rc := sqlite3.Xsqlite3_blob_open(tls, db, buf.schema, buf.table, column, rowid, 0, buf.pp); rc != sqlite3.SQLITE_OK {
 		b.tx.bufs.put(tls, buf)
 		return fmt.Errorf("archive: open segment blob: %w", sqliteCodeError(tls, db, rc))
 	}

@@ -120,3 +120,54 @@ func TestSegmentBlobBuffersAreKeptAndFreed(t *testing.T) {
 		t.Fatalf("after Close: %d idle (closed %v)", idle, closed)
 	}
 }
+
+// SegmentIndexHead hands back the head of a segment's caller index, in
+// place, equal to SegmentIndex's first bytes; all of a shorter index; nil
+// for a segment without one; ok false for an absent segment; and refuses
+// a head longer than it reads in one piece.
+func TestSegmentIndexHead(t *testing.T) {
+	h, path := newHandle(t)
+	src := addSrc(t, h, map[string]string{"name": "a"})
+	index := make([]byte, 300<<10) // overflow pages, as at a million series
+	r := rand.New(rand.NewPCG(3, 4))
+	for i := range index {
+		index[i] = byte(r.Uint32())
+	}
+	update(t, h, func(tx *archive.WriteTx) error {
+		if err := tx.InsertSegment(src, "s", 0, &archive.Segment{Bytes: []byte("data"), Index: index, Rows: 1, FirstTS: 1, LastTS: 1}); err != nil {
+			return err
+		}
+		if err := tx.InsertSegment(src, "s", 1, &archive.Segment{Bytes: []byte("data"), Index: index[:5], Rows: 1, FirstTS: 2, LastTS: 2}); err != nil {
+			return err
+		}
+		return tx.InsertSegment(src, "s", 2, &archive.Segment{Bytes: []byte("data"), Rows: 1, FirstTS: 3, LastTS: 3})
+	})
+	a := openRead(t, path)
+	for _, v := range []viewer{a, h} {
+		view(t, v, func(tx *archive.ReadTx) error {
+			cases := []struct {
+				seq    int64
+				n      int
+				want   []byte
+				wantOK bool
+			}{
+				{0, 32, index[:32], true},
+				{0, 64 << 10, index[:64<<10], true},
+				{0, 0, []byte{}, true},
+				{1, 32, index[:5], true},
+				{2, 32, nil, true},
+				{3, 32, nil, false},
+			}
+			for _, c := range cases {
+				got, ok, err := tx.SegmentIndexHead(src, "s", c.seq, c.n)
+				if err != nil || ok != c.wantOK || !bytes.Equal(got, c.want) || (c.want == nil) != (got == nil) {
+					t.Fatalf("seq %d, %d bytes: %d bytes, %v, %v; want %d bytes, %v", c.seq, c.n, len(got), ok, err, len(c.want), c.wantOK)
+				}
+			}
+			if _, _, err := tx.SegmentIndexHead(src, "s", 0, 64<<10+1); err == nil {
+				t.Fatal("a head past 64 KiB was read")
+			}
+			return nil
+		})
+	}
+}
