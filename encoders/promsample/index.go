@@ -171,6 +171,31 @@ func ParseIndexHashes(b []byte) (Index, error) { return parseIndex(b, false, nil
 // caller discards what fn gathered. A format-1 index never calls it.
 func ParseIndexFunc(b []byte, fn SeriesFunc) (Index, error) { return parseIndex(b, false, fn) }
 
+// IndexSpanBytes is how many leading bytes of an encoded index always
+// hold its time span: its format byte and two varints.
+const IndexSpanBytes = 1 + 2*binary.MaxVarintLen64
+
+// ParseIndexSpan decodes the time span (Index.MinT, Index.MaxT) of an
+// encoded index from its first bytes, IndexSpanBytes of them or all of a
+// shorter index: a reader can learn a segment's span without reading,
+// let alone parsing, its series table. It checks only what it reads, so
+// an index ParseIndex refuses may still give a span here; where ParseIndex
+// accepts an index, the two agree.
+func ParseIndexSpan(head []byte) (minT, maxT int64, err error) {
+	if len(head) == 0 {
+		return 0, 0, corruptSegment("empty index", nil)
+	}
+	if head[0] != indexFormatV1 && head[0] != indexFormatV2 {
+		return 0, 0, fmt.Errorf("%w: index format %d", ErrUnsupportedVersion, head[0])
+	}
+	r := reader{b: head[1:]}
+	minT, maxT = r.varint(), r.varint()
+	if r.err != nil {
+		return 0, 0, corruptSegment("index span", r.err)
+	}
+	return minT, maxT, nil
+}
+
 func parseIndex(b []byte, withLabels bool, fn SeriesFunc) (Index, error) {
 	if len(b) == 0 {
 		return Index{}, corruptSegment("empty index", nil)

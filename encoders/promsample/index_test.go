@@ -69,6 +69,14 @@ func sameParse(t *testing.T, b []byte) {
 			t.Fatalf("%s differs from ParseIndex less its labels:\n%+v\n%+v", p.name, lean, want)
 		}
 	}
+	// Where ParseIndex accepts an index, ParseIndexSpan gives its span
+	// from the head alone.
+	if errFull == nil {
+		minT, maxT, err := ParseIndexSpan(b[:min(len(b), IndexSpanBytes)])
+		if err != nil || minT != full.MinT || maxT != full.MaxT {
+			t.Fatalf("ParseIndexSpan = %d, %d, %v; ParseIndex's span %d, %d", minT, maxT, err, full.MinT, full.MaxT)
+		}
+	}
 	if errFull != nil || full.Table == nil {
 		return
 	}
@@ -84,7 +92,7 @@ func sameParse(t *testing.T, b []byte) {
 
 // TestParseIndexHashes: on the indexes of real segments, and on every
 // truncation and a byte flipped at every position of one, the lean parses
-// agree with the full one.
+// (and ParseIndexSpan, from the head) agree with the full one.
 func TestParseIndexHashes(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 14))
 	var idx []byte
