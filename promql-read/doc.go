@@ -24,7 +24,9 @@
 // and each series knows the streams and receipt spans that hold its data.
 // The index is derived state: Warm builds it at start from every sealed
 // segment's series table (promsample's format-2 index, no sample read)
-// and every live tail; Follow (while questions come: followIdle), and
+// and every live tail, or from the recent segments' alone, deferring the
+// older history (Options.WarmWindow) to the questions whose ranges reach
+// it and to WarmHistory; Follow (while questions come: followIdle), and
 // each Select for the streams it reads, keep it current with the
 // archive's commits (a segment is indexed once
 // per process; a tail takes the rows appended since). The label and series

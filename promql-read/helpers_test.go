@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/prometheus/prometheus/model/histogram"
 	"github.com/prometheus/prometheus/model/labels"
@@ -45,8 +46,14 @@ func newFixture(t testing.TB) *fixture {
 }
 
 func newFixtureAt(t testing.TB, dir string) *fixture {
+	return newFixtureClock(t, dir, nil)
+}
+
+// newFixtureClock is newFixtureAt with the writer's clock: rows are
+// stamped with now (nil: time.Now).
+func newFixtureClock(t testing.TB, dir string, now func() time.Time) *fixture {
 	path := filepath.Join(dir, "test.dendro")
-	w, err := archive.CreateWriter(path, archive.WriterOptions{Encoder: &promsample.Encoder{}, CheckpointInterval: -1})
+	w, err := archive.CreateWriter(path, archive.WriterOptions{Encoder: &promsample.Encoder{}, CheckpointInterval: -1, Now: now})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,9 @@ import (
 	"math"
 	"runtime"
 	"slices"
+	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dendro-receiver/dendro-receiver/archive"
@@ -31,12 +33,60 @@ import (
 // A segment compaction replaced or retention removed leaves indexed; the
 // series it held keep their spans (an over-estimate: a series whose data
 // retention removed still reads as holding it until collected).
+//
+// History can wait (Options.WarmWindow). Warm may index only the recent
+// segments and learn of the older ones just their sample-time spans
+// (deferred); a deferred segment is indexed by the first question whose
+// range overlaps its span, or by WarmHistory, whichever comes first. That
+// is enough for every answer: a question needs the series of the segments
+// that hold samples in its range, and those it indexes before it selects
+// (syncSegments). A series found only in deferred segments is missing from
+// the index meanwhile, and no question whose range misses them can see it.
 
 // indexState is what the store knows it has indexed.
 type indexState struct {
-	mu    sync.Mutex
-	segs  map[streamRef]map[segmentID]segSpan // each stream's segments indexed
-	tails map[streamRef]*tail
+	mu   sync.Mutex
+	segs map[streamRef]map[segmentID]segSpan // each stream's segments indexed
+	// deferred are segments not indexed yet, with their spans (from the
+	// head of their index): Warm's older history (Options.WarmWindow).
+	deferred map[streamRef]map[segmentID]segSpan
+	tails    map[streamRef]*tail
+}
+
+// streamSegs returns stream k's map of indexed segments, making it.
+// Callers hold mu.
+func (st *indexState) streamSegs(k streamRef) map[segmentID]segSpan {
+	if st.segs == nil {
+		st.segs = map[streamRef]map[segmentID]segSpan{}
+	}
+	m := st.segs[k]
+	if m == nil {
+		m = map[segmentID]segSpan{}
+		st.segs[k] = m
+	}
+	return m
+}
+
+// indexed records that segment id of stream k is indexed, with its span,
+// and no longer deferred. Callers hold mu.
+func (st *indexState) indexed(k streamRef, id segmentID, sp segSpan) {
+	st.streamSegs(k)[id] = sp
+	if d := st.deferred[k]; d != nil {
+		delete(d, id)
+	}
+}
+
+// timeRange is the sample-time range (Unix ms, inclusive) a sync serves:
+// the deferred segments whose spans it overlaps are indexed.
+type timeRange struct{ mint, maxt int64 }
+
+// noTime overlaps nothing: a sync for it indexes what is new, and no
+// deferred history (Warm's own sync, Follow).
+var noTime = timeRange{1, 0}
+
+// overlaps reports whether some of sp is in r.
+func (r timeRange) overlaps(sp segSpan) bool {
+	return r.mint <= r.maxt && !sp.outside(r.mint, r.maxt)
 }
 
 // segSpan is an indexed segment's sample-time span (Unix ms, inclusive;
@@ -52,12 +102,24 @@ func spanOf(x *promsample.Index) segSpan { return segSpan{x.MinT, x.MaxT} }
 // outside reports whether no sample of the span is in [mint, maxt].
 func (sp segSpan) outside(mint, maxt int64) bool { return sp.minT > maxt || sp.maxT < mint }
 
-// segSpan returns the span of a segment of stream k, if it was indexed.
+// segSpan returns the span of a segment of stream k, if it was indexed or
+// deferred.
 func (s *store) segSpan(k streamRef, id segmentID) (segSpan, bool) {
 	s.idx.mu.Lock()
 	defer s.idx.mu.Unlock()
-	sp, ok := s.idx.segs[k][id]
+	if sp, ok := s.idx.segs[k][id]; ok {
+		return sp, true
+	}
+	sp, ok := s.idx.deferred[k][id]
 	return sp, ok
+}
+
+// isDeferred reports whether segment id is deferred (not indexed yet).
+func (s *store) isDeferred(id segmentID) bool {
+	s.idx.mu.Lock()
+	defer s.idx.mu.Unlock()
+	_, ok := s.idx.deferred[streamRef{id.source, id.stream}][id]
+	return ok
 }
 
 // tailOf returns a stream's tail, making it.
@@ -75,33 +137,45 @@ func (s *store) tailOf(k streamRef) *tail {
 	return t
 }
 
-// syncSegments indexes a stream's segments that are not yet indexed, and
-// reports whether some it had indexed are gone (compacted or evicted).
-func (s *store) syncSegments(tx *archive.ReadTx, src archive.SourceID, stream string, segs []archive.StreamSegment) (removed bool, err error) {
+// syncSegments indexes a stream's segments that are not yet indexed (of
+// the deferred ones, those whose spans rng overlaps), and reports whether
+// some it had indexed are gone (compacted or evicted).
+func (s *store) syncSegments(tx *archive.ReadTx, src archive.SourceID, stream string, segs []archive.StreamSegment, rng timeRange) (removed bool, err error) {
 	k := streamRef{src, stream}
 	s.idx.mu.Lock()
-	if s.idx.segs == nil {
-		s.idx.segs = map[streamRef]map[segmentID]segSpan{}
-	}
-	known := s.idx.segs[k]
-	if known == nil {
-		known = map[segmentID]segSpan{}
-		s.idx.segs[k] = known
-	}
+	known := s.idx.streamSegs(k)
+	deferred := s.idx.deferred[k]
 	var todo []segmentID
 	live := make(map[segmentID]struct{}, len(segs))
+	knownLive, deferredLive := 0, 0
 	for _, m := range segs {
 		id := s.segID(src, m)
 		live[id] = struct{}{}
-		if _, ok := known[id]; !ok {
-			todo = append(todo, id)
+		if _, ok := known[id]; ok {
+			knownLive++
+			continue
 		}
+		if sp, ok := deferred[id]; ok {
+			deferredLive++
+			if !rng.overlaps(sp) {
+				continue // left for a question that needs it, or WarmHistory
+			}
+		}
+		todo = append(todo, id)
 	}
-	if len(known) > len(live)-len(todo) {
+	if len(known) > knownLive {
 		for id := range known {
 			if _, ok := live[id]; !ok {
 				delete(known, id) // compacted or evicted
 				removed = true
+			}
+		}
+	}
+	if len(deferred) > deferredLive {
+		// Deferred segments that went: nothing of them was indexed.
+		for id := range deferred {
+			if _, ok := live[id]; !ok {
+				delete(deferred, id)
 			}
 		}
 	}
@@ -124,7 +198,7 @@ func (s *store) syncSegments(tx *archive.ReadTx, src archive.SourceID, stream st
 			return removed, fmt.Errorf("indexing segment %d: %w", id.seq, err)
 		}
 		s.idx.mu.Lock()
-		known[id] = sp
+		s.idx.indexed(k, id, sp)
 		s.idx.mu.Unlock()
 	}
 	return removed, nil
@@ -187,10 +261,11 @@ func (s *store) indexLegacy(tx *archive.ReadTx, id segmentID, raw []byte, loc se
 	return spanOf(&x), nil
 }
 
-// syncStream brings the index up to the snapshot for one stream, and
-// returns its tail locked for reading (unlock when done).
-func (s *store) syncStream(c *catalog, src archive.SourceID, stream string, segs []archive.StreamSegment) (tailView, func(), error) {
-	removed, err := s.syncSegments(c.tx, src, stream, segs)
+// syncStream brings the index up to the snapshot for one stream (for its
+// deferred history, as far as rng needs), and returns its tail locked for
+// reading (unlock when done).
+func (s *store) syncStream(c *catalog, src archive.SourceID, stream string, segs []archive.StreamSegment, rng timeRange) (tailView, func(), error) {
+	removed, err := s.syncSegments(c.tx, src, stream, segs, rng)
 	if err != nil {
 		return tailView{}, nil, err
 	}
@@ -218,13 +293,14 @@ func (s *store) syncStream(c *catalog, src archive.SourceID, stream string, segs
 }
 
 // syncAll brings the index up to one snapshot for every sample stream the
-// name constraint nc allows.
-func (s *store) syncAll(ctx context.Context, nc nameConstraint) error {
+// name constraint nc allows (for their deferred history, as far as rng
+// needs).
+func (s *store) syncAll(ctx context.Context, nc nameConstraint, rng timeRange) error {
 	return s.viewStreams(ctx, nc, func(c *catalog, src archive.SourceInfo, st string, segs []archive.StreamSegment) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		_, unlock, err := s.syncStream(c, src.ID, st, segs)
+		_, unlock, err := s.syncStream(c, src.ID, st, segs, rng)
 		if err != nil {
 			return fmt.Errorf("source %d stream %s: %w", src.ID, st, err)
 		}
@@ -233,27 +309,80 @@ func (s *store) syncAll(ctx context.Context, nc nameConstraint) error {
 	})
 }
 
-// Warm indexes the whole archive: every segment's series table and every
-// stream's live tail, then caches the newest segments' layouts
-// (warmLayouts). A server calls it before it reports ready, so that the
-// first question after a restart costs what any other does. The
-// segments' tables are read in one snapshot and indexed on every
-// processor.
+// Warm indexes the whole archive (or its recent history: WarmWindow):
+// every segment's series table and every stream's live tail, then caches
+// the newest segments' layouts (warmLayouts). A server calls it before it
+// reports ready, so that the first question after a restart costs what
+// any other does. The segments' tables are read in one snapshot and
+// indexed on every processor.
 func (q *Queryable) Warm(ctx context.Context) error {
 	started := time.Now()
-	if err := q.s.warmSegments(ctx); err != nil {
+	deferred, err := q.s.warmSegments(ctx, q.s.opts.WarmWindow)
+	if err != nil {
 		return err
 	}
 	segs := time.Since(started)
-	if err := q.s.syncAll(ctx, nameConstraint{all: true}); err != nil {
+	if err := q.s.syncAll(ctx, nameConstraint{all: true}, noTime); err != nil {
 		return err
 	}
 	tails := time.Since(started) - segs
 	layouts := q.s.warmLayouts(ctx)
 	q.s.opts.Logger.Debug("warmed the read index", "segments_took", segs.Round(time.Millisecond),
-		"tails_took", tails.Round(time.Millisecond), "layouts", layouts,
+		"deferred", deferred, "tails_took", tails.Round(time.Millisecond), "layouts", layouts,
 		"layouts_took", (time.Since(started) - segs - tails).Round(time.Millisecond), "series", q.s.x.Len())
 	return nil
+}
+
+// Deferred returns how many segments are not indexed yet: those Warm left
+// for questions and WarmHistory (Options.WarmWindow) and none has
+// indexed since.
+func (q *Queryable) Deferred() int {
+	q.s.idx.mu.Lock()
+	defer q.s.idx.mu.Unlock()
+	n := 0
+	for _, m := range q.s.idx.deferred {
+		n += len(m)
+	}
+	return n
+}
+
+// historyBatch is how many segments WarmHistory indexes in one snapshot:
+// a snapshot pins the sidecar frames it sees, and WarmHistory may run
+// for minutes, so it takes many short ones.
+const historyBatch = 32
+
+// WarmHistory indexes the segments Warm deferred (Options.WarmWindow) and
+// no question has indexed since, newest first, on half the processors (a
+// server runs it after it reports ready, beside ingest), and returns how
+// many it indexed. Their directories go into the cache only where it has
+// room: they must not push out the recent ones Warm kept.
+func (q *Queryable) WarmHistory(ctx context.Context) (int, error) {
+	s := q.s
+	s.idx.mu.Lock()
+	var todo []indexJob
+	for k, m := range s.idx.deferred {
+		loc := s.x.Loc(int64(k.src), k.stream)
+		for id := range m {
+			todo = append(todo, indexJob{k: k, id: id, loc: loc})
+		}
+	}
+	s.idx.mu.Unlock()
+	slices.SortFunc(todo, func(a, b indexJob) int { return cmp.Compare(b.id.lastTS, a.id.lastTS) })
+	workers := max(1, runtime.GOMAXPROCS(0)/2)
+	n := 0
+	for len(todo) > 0 {
+		batch := todo[:min(len(todo), historyBatch)]
+		todo = todo[len(batch):]
+		err := s.a.View(ctx, func(tx *archive.ReadTx) error {
+			k, err := s.indexJobs(ctx, tx, batch, workers, false)
+			n += k
+			return err
+		})
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
 }
 
 // 1/warmLayoutShare of the cache is what warmLayouts may fill, and
@@ -304,6 +433,11 @@ func (s *store) warmLayouts(ctx context.Context) int {
 		if budget <= 0 || time.Now().After(deadline) {
 			break
 		}
+		if s.isDeferred(id) {
+			// History Warm left for later: its directory would be
+			// built for the layout, and neither is wanted yet.
+			continue
+		}
 		// One snapshot a segment: each holds its BLOB handle to its end.
 		full := false
 		err := s.a.View(ctx, func(tx *archive.ReadTx) error {
@@ -343,19 +477,98 @@ func (s *store) warmLayouts(ctx context.Context) int {
 }
 
 // warmSegments indexes every segment, oldest first, parsing and inserting
-// their series tables on GOMAXPROCS goroutines (each predicting a stream's
-// series from the last table of it that goroutine indexed: tableIndexer)
-// while one reads them from the archive in one snapshot.
-func (s *store) warmSegments(ctx context.Context) error {
-	type job struct {
-		k   streamRef
-		id  segmentID
-		raw []byte
-		loc seriesindex.Loc
-	}
-	workers := runtime.GOMAXPROCS(0)
-	jobs := make(chan job, workers)
+// their series tables on GOMAXPROCS goroutines (indexJobs) while one reads
+// them from the archive in one snapshot. With a window, the segments whose
+// rows end more than window before the newest segment's are deferred
+// instead: only the head of each one's index is read, for its span. It
+// returns how many it deferred.
+func (s *store) warmSegments(ctx context.Context, window time.Duration) (deferred int, err error) {
+	err = s.a.View(ctx, func(tx *archive.ReadTx) error {
+		c, err := s.catalogFor(tx)
+		if err != nil {
+			return err
+		}
+		var todo []indexJob
+		if err := eachStream(c, nameConstraint{all: true}, func(src archive.SourceInfo, st string, segs []archive.StreamSegment) error {
+			k := streamRef{src.ID, st}
+			loc := s.x.Loc(int64(src.ID), st)
+			for _, m := range segs {
+				todo = append(todo, indexJob{k: k, id: s.segID(src.ID, m), loc: loc})
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+		// Oldest first, by receipt, over every stream: each segment's
+		// directory goes into the cache as it is indexed, so when they do
+		// not all fit (an hour of 1 M-series data is ~500 MB of them) the
+		// cache keeps the newest, which the first questions after a
+		// restart mostly ask about. (Stream by stream, it kept the last
+		// streams' and none of the first ones'.)
+		slices.SortStableFunc(todo, func(a, b indexJob) int { return cmp.Compare(a.id.lastTS, b.id.lastTS) })
+		if window > 0 && len(todo) > 0 {
+			// Row ts are receipt times in Unix nanoseconds, as the
+			// receiver stamps them (archive.Row).
+			cutoff := todo[len(todo)-1].id.lastTS - window.Nanoseconds()
+			old := sort.Search(len(todo), func(i int) bool { return todo[i].id.lastTS >= cutoff })
+			var now []indexJob
+			for _, j := range todo[:old] {
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+				head, ok, err := tx.SegmentIndexHead(j.id.source, j.id.stream, j.id.seq, promsample.IndexSpanBytes)
+				if err != nil {
+					return err
+				}
+				if !ok {
+					continue // inside one snapshot a listed segment cannot vanish
+				}
+				minT, maxT, perr := promsample.ParseIndexSpan(head)
+				if perr != nil {
+					// Indexed now, which reports what is wrong with it
+					// as a restart always did.
+					now = append(now, j)
+					continue
+				}
+				s.idx.mu.Lock()
+				if _, done := s.idx.segs[j.k][j.id]; !done {
+					if s.idx.deferred == nil {
+						s.idx.deferred = map[streamRef]map[segmentID]segSpan{}
+					}
+					if s.idx.deferred[j.k] == nil {
+						s.idx.deferred[j.k] = map[segmentID]segSpan{}
+					}
+					s.idx.deferred[j.k][j.id] = segSpan{minT, maxT}
+					deferred++
+				}
+				s.idx.mu.Unlock()
+			}
+			todo = append(now, todo[old:]...)
+		}
+		_, err = s.indexJobs(ctx, tx, todo, runtime.GOMAXPROCS(0), true)
+		return err
+	})
+	return deferred, err
+}
+
+// indexJob is one segment to index.
+type indexJob struct {
+	k   streamRef
+	id  segmentID
+	raw []byte
+	loc seriesindex.Loc
+}
+
+// indexJobs indexes the segments of todo not indexed yet, in its order,
+// parsing and inserting their series tables on workers goroutines (each
+// predicting a stream's series from the last table of it that goroutine
+// indexed: tableIndexer) while this one reads them through tx. evict says
+// whether their directories may push others out of the cache (else they
+// are kept only where it has room). It returns how many it indexed.
+func (s *store) indexJobs(ctx context.Context, tx *archive.ReadTx, todo []indexJob, workers int, evict bool) (int, error) {
+	jobs := make(chan indexJob, workers)
 	errs := make(chan error, workers)
+	var done atomic.Int64
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Add(1)
@@ -372,54 +585,40 @@ func (s *store) warmSegments(ctx context.Context) error {
 					continue
 				}
 				d := newSegDir(&x)
-				s.cache.put(cacheKey{seg: j.id, kind: kindDir}, d, d.bytes)
+				if evict {
+					s.cache.put(cacheKey{seg: j.id, kind: kindDir}, d, d.bytes)
+				} else {
+					s.cache.putIfFree(cacheKey{seg: j.id, kind: kindDir}, d, d.bytes)
+				}
 				s.idx.mu.Lock()
-				s.idx.segs[j.k][j.id] = spanOf(&x)
+				s.idx.indexed(j.k, j.id, spanOf(&x))
 				s.idx.mu.Unlock()
+				done.Add(1)
 			}
 		}()
 	}
-	err := s.a.View(ctx, func(tx *archive.ReadTx) error {
-		c, err := s.catalogFor(tx)
-		if err != nil {
-			return err
-		}
-		var todo []job
-		if err := eachStream(c, nameConstraint{all: true}, func(src archive.SourceInfo, st string, segs []archive.StreamSegment) error {
-			k := streamRef{src.ID, st}
-			loc := s.x.Loc(int64(src.ID), st)
-			s.idx.mu.Lock()
-			if s.idx.segs == nil {
-				s.idx.segs = map[streamRef]map[segmentID]segSpan{}
-			}
-			if s.idx.segs[k] == nil {
-				s.idx.segs[k] = map[segmentID]segSpan{}
-			}
-			s.idx.mu.Unlock()
-			for _, m := range segs {
-				todo = append(todo, job{k: k, id: s.segID(src.ID, m), loc: loc})
-			}
-			return nil
-		}); err != nil {
-			return err
-		}
-		// Oldest first, by receipt, over every stream: each segment's
-		// directory goes into the cache as it is indexed, so when they do
-		// not all fit (an hour of 1 M-series data is ~500 MB of them) the
-		// cache keeps the newest, which the first questions after a
-		// restart mostly ask about. (Stream by stream, it kept the last
-		// streams' and none of the first ones'.)
-		slices.SortStableFunc(todo, func(a, b job) int { return cmp.Compare(a.id.lastTS, b.id.lastTS) })
+	err := func() error {
 		for _, j := range todo {
 			if err := ctx.Err(); err != nil {
 				return err
+			}
+			s.idx.mu.Lock()
+			_, known := s.idx.segs[j.k][j.id]
+			s.idx.mu.Unlock()
+			if known {
+				continue // a question indexed it meanwhile
 			}
 			raw, ok, err := tx.SegmentIndex(j.id.source, j.id.stream, j.id.seq)
 			if err != nil {
 				return err
 			}
 			if !ok {
-				continue // inside one snapshot a listed segment cannot vanish
+				// Gone since it was listed (compacted, evicted): there
+				// is nothing of it to index.
+				s.idx.mu.Lock()
+				delete(s.idx.deferred[j.k], j.id)
+				s.idx.mu.Unlock()
+				continue
 			}
 			if promsample.IndexHasTable(raw) {
 				j.raw = raw
@@ -437,21 +636,22 @@ func (s *store) warmSegments(ctx context.Context) error {
 				return fmt.Errorf("indexing segment %d: %w", j.id.seq, err)
 			}
 			s.idx.mu.Lock()
-			s.idx.segs[j.k][j.id] = sp
+			s.idx.indexed(j.k, j.id, sp)
 			s.idx.mu.Unlock()
+			done.Add(1)
 		}
 		return nil
-	})
+	}()
 	close(jobs)
 	wg.Wait()
 	if err != nil {
-		return err
+		return int(done.Load()), err
 	}
 	select {
 	case err := <-errs:
-		return err
+		return int(done.Load()), err
 	default:
-		return nil
+		return int(done.Load()), nil
 	}
 }
 
@@ -478,7 +678,7 @@ func (q *Queryable) Follow(ctx context.Context, interval time.Duration) {
 			if time.Since(time.Unix(0, q.s.asked.Load())) > followIdle {
 				continue
 			}
-			if err := q.s.syncAll(ctx, nameConstraint{all: true}); err != nil && ctx.Err() == nil {
+			if err := q.s.syncAll(ctx, nameConstraint{all: true}, noTime); err != nil && ctx.Err() == nil {
 				q.s.opts.Logger.Warn("following the archive", "err", err)
 			}
 		}

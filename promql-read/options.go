@@ -54,6 +54,18 @@ type Options struct {
 	// MemoryPerQuery is the most one question may reserve from Memory;
 	// 0 means Memory's whole limit.
 	MemoryPerQuery int64
+	// WarmWindow bounds what Queryable.Warm indexes before it returns:
+	// the segments whose rows were received within WarmWindow of the
+	// newest segment's last row (row ts read as Unix nanoseconds, the
+	// receiver's receipt times). Of the older ones it learns only their
+	// time spans (from the head of each index), so that a question can
+	// tell which it needs: a question whose range reaches them indexes
+	// those it overlaps itself, and WarmHistory indexes the rest. A
+	// restart then waits for the recent history, not for all of it,
+	// which at a million series is seconds per hour kept. 0 means Warm
+	// indexes everything (what a caller that never runs WarmHistory
+	// needs).
+	WarmWindow time.Duration
 }
 
 // Defaults.
@@ -98,6 +110,8 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("promread: MaxSamples %d is negative", o.MaxSamples)
 	case o.MaxConcurrency < 0:
 		return fmt.Errorf("promread: MaxConcurrency %d is negative", o.MaxConcurrency)
+	case o.WarmWindow < 0:
+		return fmt.Errorf("promread: WarmWindow %v is negative", o.WarmWindow)
 	case o.Timeout < 0 || o.LookbackDelta < 0:
 		return fmt.Errorf("promread: Timeout and LookbackDelta must be positive")
 	case o.MaxBytesInFrame < 1024:

@@ -144,7 +144,7 @@ func (q *chunkQuerier) Select(ctx context.Context, sort bool, hints *storage.Sel
 // blocks do).
 func (s *store) labelValues(ctx context.Context, mint, maxt int64, name string, ms []*labels.Matcher) ([]string, error) {
 	s.asked.Store(time.Now().UnixNano())
-	if err := s.syncAll(ctx, constrainNames(ms)); err != nil {
+	if err := s.syncAll(ctx, constrainNames(ms), timeRange{mint, maxt}); err != nil {
 		return nil, err
 	}
 	return s.x.LabelValues(name, ms, mint, maxt), nil
@@ -152,7 +152,7 @@ func (s *store) labelValues(ctx context.Context, mint, maxt int64, name string, 
 
 func (s *store) labelNames(ctx context.Context, mint, maxt int64, ms []*labels.Matcher) ([]string, error) {
 	s.asked.Store(time.Now().UnixNano())
-	if err := s.syncAll(ctx, constrainNames(ms)); err != nil {
+	if err := s.syncAll(ctx, constrainNames(ms), timeRange{mint, maxt}); err != nil {
 		return nil, err
 	}
 	return s.x.LabelNames(ms, mint, maxt), nil

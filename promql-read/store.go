@@ -354,7 +354,7 @@ func (s *store) selectPieces(ctx context.Context, p selectParams) (*selection, e
 			if err := ctx.Err(); err != nil {
 				return err
 			}
-			_, unlock, err := s.syncStream(c, src.ID, st, segs)
+			_, unlock, err := s.syncStream(c, src.ID, st, segs, timeRange{p.mint, p.maxt})
 			if err != nil {
 				return fmt.Errorf("source %d stream %s: %w", src.ID, st, err)
 			}
@@ -416,7 +416,7 @@ func (s *store) readStream(c *catalog, src archive.SourceID, stream string, segs
 			return err
 		}
 	}
-	view, unlock, err := s.syncStream(c, src, stream, segs)
+	view, unlock, err := s.syncStream(c, src, stream, segs, timeRange{p.mint, p.maxt})
 	if err != nil {
 		return err
 	}

@@ -4,7 +4,12 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/storage"
@@ -79,7 +84,7 @@ func TestWarmCachesTheNewestLayouts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := sized.s.warmSegments(context.Background()); err != nil {
+	if _, err := sized.s.warmSegments(context.Background(), 0); err != nil {
 		t.Fatal(err)
 	}
 	dirBytes := sized.s.cache.stats().Bytes
@@ -194,7 +199,7 @@ func TestWarmKeepsTheNewestDirectories(t *testing.T) {
 	if len(ids) != len(names)*rounds {
 		t.Fatalf("%d segments, want %d", len(ids), len(names)*rounds)
 	}
-	if err := big.s.warmSegments(context.Background()); err != nil {
+	if _, err := big.s.warmSegments(context.Background(), 0); err != nil {
 		t.Fatal(err)
 	}
 	// Room for the directories of the two newest rounds.
@@ -212,7 +217,7 @@ func TestWarmKeepsTheNewestDirectories(t *testing.T) {
 	// One worker: directories go into the cache in the order they were
 	// indexed. (With more, the few segments in flight at once may swap.)
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
-	if err := q.s.warmSegments(context.Background()); err != nil {
+	if _, err := q.s.warmSegments(context.Background(), 0); err != nil {
 		t.Fatal(err)
 	}
 	var got []bool
@@ -273,5 +278,213 @@ func TestQuestionsSkipSegmentsOutOfRangeWithoutTheirDirectories(t *testing.T) {
 		if want := i == hours-1; ok != want {
 			t.Errorf("segment %d of %d: directory cached %v after a question about the last hour, want %v", i, hours, ok, want)
 		}
+	}
+}
+
+// With a WarmWindow, Warm indexes only the segments received within it and
+// defers the older ones; every question still answers as after a full
+// Warm, indexing first the deferred segments its range overlaps (and only
+// those); WarmHistory indexes the rest.
+func TestWarmWindowDefersHistory(t *testing.T) {
+	base := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	var clock atomic.Int64
+	f := newFixtureClock(t, t.TempDir(), func() time.Time { return base.Add(time.Duration(clock.Load())) })
+	const hours = 6
+	for h := range int64(hours) {
+		clock.Store(h * int64(time.Hour))
+		var b promsample.Batch
+		for i := range 10 {
+			b.Series = append(b.Series, promsample.Series{Labels: ls("__name__", "up", "i", fmt.Sprint(i)),
+				Samples: floats(h*3600_000, (h+1)*3600_000-1, 60_000, func(t int64) float64 { return float64(t) })})
+		}
+		if h < 3 { // a series only the oldest hours hold
+			b.Series = append(b.Series, promsample.Series{Labels: ls("__name__", "up", "i", "old", "h", fmt.Sprint(h)),
+				Samples: floats(h*3600_000, (h+1)*3600_000-1, 60_000, func(t int64) float64 { return -float64(t) })})
+		}
+		f.write("alpha", b)
+		f.seal("alpha")
+	}
+	ctx := context.Background()
+	full, err := NewQueryable(f.a, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := full.Warm(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Received within 90 minutes of the newest: hours 4 and 5.
+	q, err := NewQueryable(f.a, Options{WarmWindow: 90 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Warm(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := q.Deferred(); n != 4 {
+		t.Fatalf("%d segments deferred, want 4 (hours 0 to 3)", n)
+	}
+	if got, want := q.s.x.Len(), full.s.x.Len()-3; got != want {
+		t.Fatalf("%d series indexed before any question, want %d (all but the oldest hours' own)", got, want)
+	}
+	answer := func(q *Queryable, mint, maxt int64, ms ...*labels.Matcher) string {
+		querier, err := q.Querier(mint, maxt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b strings.Builder
+		for _, sr := range readAll(t, querier.Select(ctx, true, &storage.SelectHints{Start: mint, End: maxt}, ms...)) {
+			fmt.Fprintf(&b, "%s %d", sr.lbls, len(sr.floats))
+			for _, p := range sr.floats {
+				fmt.Fprintf(&b, " %d:%g", p.T, p.V)
+			}
+			b.WriteByte('\n')
+		}
+		return b.String()
+	}
+	every := mustMatcher(labels.MatchRegexp, "__name__", ".+")
+	for _, c := range []struct {
+		name         string
+		mint, maxt   int64
+		deferredLeft int
+	}{
+		{"the last hour", 5 * 3600_000, 6*3600_000 - 1, 4},
+		{"the second hour", 3600_000, 2*3600_000 - 1, 3},
+		{"the second hour again", 3600_000, 2*3600_000 - 1, 3},
+		{"hours 3 to 5", 3 * 3600_000, 6*3600_000 - 1, 2},
+		{"all of it", 0, 6*3600_000 - 1, 0},
+	} {
+		want := answer(full, c.mint, c.maxt, every)
+		if got := answer(q, c.mint, c.maxt, every); got != want || want == "" {
+			t.Fatalf("%s: answered\n%s\nwant\n%s", c.name, got, want)
+		}
+		if n := q.Deferred(); n != c.deferredLeft {
+			t.Fatalf("after %s: %d segments deferred, want %d", c.name, n, c.deferredLeft)
+		}
+		// A question skips the deferred segments outside its range by
+		// their spans: it does not build their directories.
+		q.s.idx.mu.Lock()
+		for _, m := range q.s.idx.deferred {
+			for id := range m {
+				if _, ok := q.s.cache.get(cacheKey{seg: id, kind: kindDir}); ok {
+					t.Errorf("after %s: the directory of deferred segment %d was built", c.name, id.seq)
+				}
+			}
+		}
+		q.s.idx.mu.Unlock()
+	}
+
+	// Label values, and WarmHistory, on a fresh one.
+	q, err = NewQueryable(f.a, Options{WarmWindow: 90 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Warm(ctx); err != nil {
+		t.Fatal(err)
+	}
+	values := func(q *Queryable, mint, maxt int64) []string {
+		vs, err := q.s.labelValues(ctx, mint, maxt, "h", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return vs
+	}
+	if got := values(q, 4*3600_000, 6*3600_000); len(got) != 0 {
+		t.Fatalf("values of h over the last two hours: %v, want none", got)
+	}
+	if got, want := values(q, 0, 2*3600_000-1), values(full, 0, 2*3600_000-1); !slices.Equal(got, want) || len(want) != 2 {
+		t.Fatalf("values of h over the first two hours: %v, want %v", got, want)
+	}
+	n, err := q.WarmHistory(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 2 || q.Deferred() != 0 {
+		t.Fatalf("WarmHistory indexed %d, %d left; want the 2 not asked about, none left", n, q.Deferred())
+	}
+	if q.s.x.Len() != full.s.x.Len() {
+		t.Fatalf("%d series indexed after WarmHistory, want %d", q.s.x.Len(), full.s.x.Len())
+	}
+	if got, want := answer(q, 0, 6*3600_000-1, every), answer(full, 0, 6*3600_000-1, every); got != want {
+		t.Fatalf("after WarmHistory: answered\n%s\nwant\n%s", got, want)
+	}
+}
+
+// WarmHistory beside questions that index the same deferred segments: each
+// answer is whole, and in the end every segment is indexed once over.
+func TestWarmHistoryBesideQuestions(t *testing.T) {
+	base := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	var clock atomic.Int64
+	f := newFixtureClock(t, t.TempDir(), func() time.Time { return base.Add(time.Duration(clock.Load())) })
+	const hours = 12
+	for h := range int64(hours) {
+		clock.Store(h * int64(time.Hour))
+		var b promsample.Batch
+		for i := range 20 {
+			b.Series = append(b.Series, promsample.Series{Labels: ls("__name__", fmt.Sprint("m", i%3), "i", fmt.Sprint(i), "h", fmt.Sprint(h%4)),
+				Samples: floats(h*3600_000, (h+1)*3600_000-1, 300_000, func(t int64) float64 { return float64(t + int64(i)) })})
+		}
+		f.write("alpha", b)
+		f.seal("alpha")
+	}
+	ctx := context.Background()
+	full, err := NewQueryable(f.a, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := full.Warm(ctx); err != nil {
+		t.Fatal(err)
+	}
+	q, err := NewQueryable(f.a, Options{WarmWindow: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Warm(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if q.Deferred() == 0 {
+		t.Fatal("nothing deferred")
+	}
+	every := mustMatcher(labels.MatchRegexp, "__name__", ".+")
+	count := func(q *Queryable, mint, maxt int64) (series, samples int) {
+		querier, err := q.Querier(mint, maxt)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		for _, sr := range readAll(t, querier.Select(ctx, true, &storage.SelectHints{Start: mint, End: maxt}, every)) {
+			series++
+			samples += len(sr.floats)
+		}
+		return
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if _, err := q.WarmHistory(ctx); err != nil {
+			t.Error(err)
+		}
+	}()
+	for g := range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := range 8 {
+				h := int64((g*5 + k*7) % hours)
+				mint, maxt := h*3600_000, (h+2)*3600_000-1
+				gotSeries, gotSamples := count(q, mint, maxt)
+				wantSeries, wantSamples := count(full, mint, maxt)
+				if gotSeries != wantSeries || gotSamples != wantSamples || wantSamples == 0 {
+					t.Errorf("hours %d-%d: %d series, %d samples; want %d, %d", h, h+1, gotSeries, gotSamples, wantSeries, wantSamples)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if n := q.Deferred(); n != 0 {
+		t.Fatalf("%d segments still deferred", n)
+	}
+	if q.s.x.Len() != full.s.x.Len() {
+		t.Fatalf("%d series indexed, want %d", q.s.x.Len(), full.s.x.Len())
 	}
 }
