@@ -90,6 +90,7 @@ type config struct {
 	queryMaxConc    int
 	queryTimeout    model.Duration
 	queryCache      units.Base2Bytes
+	queryWarmWindow model.Duration
 
 	memoryLimit units.Base2Bytes
 
@@ -145,6 +146,8 @@ func parseFlags(args []string, stdout io.Writer) (*config, bool, error) {
 		SetValue(named("query.timeout", &c.queryTimeout))
 	app.Flag("query.cache-bytes", "Memory for caching what reads need of immutable segments between queries, an eighth of it for the pages of series read one at a time (0: an eighth of what reads may hold under --memory.limit, at least 64MiB; at most half of it).").
 		Default("0").SetValue(named("query.cache-bytes", (*bytesValue)(&c.queryCache)))
+	app.Flag("query.warm-window", "At start, index the segments received within this long of the newest before reporting ready, and older history after (a query reaching it first indexes what it needs); 0: all before ready.").
+		Default("1h").SetValue(named("query.warm-window", &c.queryWarmWindow))
 	addForwardFlags(app, &c.forward)
 	memDefault, memFrom := defaultMemoryLimit(os.ReadFile)
 	app.Flag("memory.limit", fmt.Sprintf("The process's memory budget: the Go runtime's soft limit, the SQLite readers' page caches "+
@@ -401,6 +404,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, procs int
 		Series:         series,
 		Memory:         budget,
 		MemoryPerQuery: mem.reads - int64(c.queryCache),
+		WarmWindow:     time.Duration(c.queryWarmWindow),
 	})
 	if err != nil {
 		reader.Close()
@@ -409,6 +413,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, procs int
 	}
 
 	reg.MustRegister(newQueryCacheCollector(api.Queryable()))
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "dendro_read_index_deferred_segments",
+		Help: "Segments not indexed for reads yet: history older than --query.warm-window, indexed after ready.",
+	}, func() float64 { return float64(api.Queryable().Deferred()) }))
 
 	var ready, warming atomic.Bool
 	warming.Store(true)
@@ -470,11 +478,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, procs int
 	// Writes are taken from here on: the ingester has resumed, and a
 	// sender that restarted with us should not wait for reads to be
 	// fast. Ready waits for the read index to hold what the archive
-	// already holds (every segment's series table, no samples, the live
-	// tails decoded, the newest segments' layouts), so that the first
-	// question a balanced reader sends costs what any other does; a
-	// question asked meanwhile is answered right, indexing what it needs
-	// itself.
+	// already holds of its recent history (the series tables of the
+	// segments received within --query.warm-window of the newest, no
+	// samples; the live tails decoded; the newest segments' layouts), so
+	// that the first question a balanced reader sends about it costs what
+	// any other does; the older history is indexed after (WarmHistory).
+	// A question asked meanwhile is answered right, indexing what it
+	// needs itself.
 	warmed := make(chan error, 1)
 	wg.Add(1)
 	go func() {
@@ -495,8 +505,23 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, procs int
 				logger.Debug("warming the query engine", "err", err)
 			}
 			logger.Info("indexed the archive: ready", "series", series.Len(), "took", time.Since(started).Round(time.Millisecond))
-			wg.Add(1) // while this goroutine's count holds wg above zero
+			wg.Add(2) // while this goroutine's count holds wg above zero
 			go func() { defer wg.Done(); api.Queryable().Follow(bg, followEvery) }()
+			go func() {
+				defer wg.Done()
+				// The history Warm left (--query.warm-window), after
+				// ready: questions meanwhile index what they need.
+				if api.Queryable().Deferred() == 0 {
+					return
+				}
+				started := time.Now()
+				n, err := api.Queryable().WarmHistory(bg)
+				if err != nil && bg.Err() == nil {
+					logger.Warn("indexing the archive's history", "err", err, "segments", n)
+					return
+				}
+				logger.Info("indexed the archive's history", "segments", n, "series", series.Len(), "took", time.Since(started).Round(time.Millisecond))
+			}()
 			ready.Store(true)
 		}
 		warming.Store(false)
