@@ -281,17 +281,39 @@ func TestQuestionsSkipSegmentsOutOfRangeWithoutTheirDirectories(t *testing.T) {
 	}
 }
 
+// hourlyArchive writes hours sealed hours of batch(h) to a new archive,
+// hour h received h hours after the first.
+func hourlyArchive(t *testing.T, hours int64, batch func(h int64) promsample.Batch) *fixture {
+	base := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	var clock atomic.Int64
+	f := newFixtureClock(t, t.TempDir(), func() time.Time { return base.Add(time.Duration(clock.Load())) })
+	for h := range hours {
+		clock.Store(h * int64(time.Hour))
+		f.write("alpha", batch(h))
+		f.seal("alpha")
+	}
+	return f
+}
+
+// warmed returns a Queryable over f's archive, warmed.
+func warmed(t *testing.T, f *fixture, opts Options) *Queryable {
+	q, err := NewQueryable(f.a, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Warm(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return q
+}
+
 // With a WarmWindow, Warm indexes only the segments received within it and
 // defers the older ones; every question still answers as after a full
 // Warm, indexing first the deferred segments its range overlaps (and only
 // those); WarmHistory indexes the rest.
 func TestWarmWindowDefersHistory(t *testing.T) {
-	base := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
-	var clock atomic.Int64
-	f := newFixtureClock(t, t.TempDir(), func() time.Time { return base.Add(time.Duration(clock.Load())) })
 	const hours = 6
-	for h := range int64(hours) {
-		clock.Store(h * int64(time.Hour))
+	f := hourlyArchive(t, hours, func(h int64) promsample.Batch {
 		var b promsample.Batch
 		for i := range 10 {
 			b.Series = append(b.Series, promsample.Series{Labels: ls("__name__", "up", "i", fmt.Sprint(i)),
@@ -301,25 +323,12 @@ func TestWarmWindowDefersHistory(t *testing.T) {
 			b.Series = append(b.Series, promsample.Series{Labels: ls("__name__", "up", "i", "old", "h", fmt.Sprint(h)),
 				Samples: floats(h*3600_000, (h+1)*3600_000-1, 60_000, func(t int64) float64 { return -float64(t) })})
 		}
-		f.write("alpha", b)
-		f.seal("alpha")
-	}
+		return b
+	})
 	ctx := context.Background()
-	full, err := NewQueryable(f.a, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := full.Warm(ctx); err != nil {
-		t.Fatal(err)
-	}
+	full := warmed(t, f, Options{})
 	// Received within 90 minutes of the newest: hours 4 and 5.
-	q, err := NewQueryable(f.a, Options{WarmWindow: 90 * time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := q.Warm(ctx); err != nil {
-		t.Fatal(err)
-	}
+	q := warmed(t, f, Options{WarmWindow: 90 * time.Minute})
 	if n := q.Deferred(); n != 4 {
 		t.Fatalf("%d segments deferred, want 4 (hours 0 to 3)", n)
 	}
@@ -374,13 +383,7 @@ func TestWarmWindowDefersHistory(t *testing.T) {
 	}
 
 	// Label values, and WarmHistory, on a fresh one.
-	q, err = NewQueryable(f.a, Options{WarmWindow: 90 * time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := q.Warm(ctx); err != nil {
-		t.Fatal(err)
-	}
+	q = warmed(t, f, Options{WarmWindow: 90 * time.Minute})
 	values := func(q *Queryable, mint, maxt int64) []string {
 		vs, err := q.s.labelValues(ctx, mint, maxt, "h", nil)
 		if err != nil {
@@ -412,35 +415,18 @@ func TestWarmWindowDefersHistory(t *testing.T) {
 // WarmHistory beside questions that index the same deferred segments: each
 // answer is whole, and in the end every segment is indexed once over.
 func TestWarmHistoryBesideQuestions(t *testing.T) {
-	base := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
-	var clock atomic.Int64
-	f := newFixtureClock(t, t.TempDir(), func() time.Time { return base.Add(time.Duration(clock.Load())) })
 	const hours = 12
-	for h := range int64(hours) {
-		clock.Store(h * int64(time.Hour))
+	f := hourlyArchive(t, hours, func(h int64) promsample.Batch {
 		var b promsample.Batch
 		for i := range 20 {
 			b.Series = append(b.Series, promsample.Series{Labels: ls("__name__", fmt.Sprint("m", i%3), "i", fmt.Sprint(i), "h", fmt.Sprint(h%4)),
 				Samples: floats(h*3600_000, (h+1)*3600_000-1, 300_000, func(t int64) float64 { return float64(t + int64(i)) })})
 		}
-		f.write("alpha", b)
-		f.seal("alpha")
-	}
+		return b
+	})
 	ctx := context.Background()
-	full, err := NewQueryable(f.a, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := full.Warm(ctx); err != nil {
-		t.Fatal(err)
-	}
-	q, err := NewQueryable(f.a, Options{WarmWindow: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := q.Warm(ctx); err != nil {
-		t.Fatal(err)
-	}
+	full := warmed(t, f, Options{})
+	q := warmed(t, f, Options{WarmWindow: time.Hour})
 	if q.Deferred() == 0 {
 		t.Fatal("nothing deferred")
 	}

@@ -49,17 +49,7 @@ func writeOldArchive(t *testing.T, path string, base int64) map[string]promsampl
 			s.Samples = append(s.Samples, smp)
 			all[ls.String()] = s
 		}
-		var rows []archive.Row
-		for _, p := range promsample.SplitBatch(&b, 8) {
-			data, err := promsample.EncodeBatch(&p.Batch)
-			if err != nil {
-				t.Fatal(err)
-			}
-			rows = append(rows, archive.Row{Stream: p.Stream, Data: data})
-		}
-		if _, err := w.AppendWait(ctx, []archive.SourceRows{{Source: src.ID(), Rows: rows}}, true); err != nil {
-			t.Fatal(err)
-		}
+		appendBatch(t, w, src.ID(), &b)
 		if r == 19 { // seal two thirds, leave the rest live
 			if _, err := w.SealWait(ctx, src.ID(), promsample.StreamsFor(8)); err != nil {
 				t.Fatal(err)
@@ -73,6 +63,23 @@ func writeOldArchive(t *testing.T, path string, base int64) map[string]promsampl
 		t.Fatal(err)
 	}
 	return all
+}
+
+// appendBatch commits b to src as format-1 rows, one a stream of eight,
+// stamped with the writer's clock.
+func appendBatch(t *testing.T, w *archive.Writer, src archive.SourceID, b *promsample.Batch) {
+	t.Helper()
+	var rows []archive.Row
+	for _, p := range promsample.SplitBatch(b, 8) {
+		data, err := promsample.EncodeBatch(&p.Batch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows = append(rows, archive.Row{Stream: p.Stream, Data: data})
+	}
+	if _, err := w.AppendWait(context.Background(), []archive.SourceRows{{Source: src, Rows: rows}}, true); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // remoteRead asks the server at addr for every series matching ms.

@@ -55,17 +55,7 @@ func writeHistory(t *testing.T, path string, now time.Time) map[string]promsampl
 			s.Samples = append(s.Samples, smp...)
 			all[ls.String()] = s
 		}
-		var rows []archive.Row
-		for _, p := range promsample.SplitBatch(&b, 8) {
-			data, err := promsample.EncodeBatch(&p.Batch)
-			if err != nil {
-				t.Fatal(err)
-			}
-			rows = append(rows, archive.Row{Stream: p.Stream, Data: data})
-		}
-		if _, err := w.AppendWait(ctx, []archive.SourceRows{{Source: src.ID(), Rows: rows}}, true); err != nil {
-			t.Fatal(err)
-		}
+		appendBatch(t, w, src.ID(), &b)
 		if _, err := w.SealWait(ctx, src.ID(), promsample.StreamsFor(8)); err != nil {
 			t.Fatal(err)
 		}
