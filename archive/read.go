@@ -253,6 +253,11 @@ func (tx *ReadTx) SegmentMetas(source SourceID, stream string) ([]StoredSegment,
 type StreamSegment struct {
 	Stream string
 	Seq    int64
+	// RowID is the segment's row in the snapshot that listed it (0: not
+	// known). Rows keep their ids while they exist, but a deleted row's
+	// id can be given to a new one, so it locates the segment only in a
+	// snapshot of the same committed state (OpenListedSegment).
+	RowID int64
 	SegmentMeta
 }
 
@@ -274,7 +279,7 @@ func (tx *ReadTx) StreamSegmentMetas(source SourceID, stream string) ([]StreamSe
 // streamSegments reads catalog rows (never the bytes or the caller index)
 // selected and ordered by where.
 func (tx *ReadTx) streamSegments(where string, args ...any) ([]StreamSegment, error) {
-	rows, err := tx.q.QueryContext(tx.ctx, `SELECT stream, seq, rows, first_ts, last_ts, length(bytes) FROM segments `+where, args...)
+	rows, err := tx.q.QueryContext(tx.ctx, `SELECT stream, seq, rowid, rows, first_ts, last_ts, length(bytes) FROM segments `+where, args...)
 	if err != nil {
 		return nil, sqlErr("read segment metas", err)
 	}
@@ -282,7 +287,7 @@ func (tx *ReadTx) streamSegments(where string, args ...any) ([]StreamSegment, er
 	var out []StreamSegment
 	for rows.Next() {
 		var s StreamSegment
-		if err := rows.Scan(&s.Stream, &s.Seq, &s.Rows, &s.FirstTS, &s.LastTS, &s.Size); err != nil {
+		if err := rows.Scan(&s.Stream, &s.Seq, &s.RowID, &s.Rows, &s.FirstTS, &s.LastTS, &s.Size); err != nil {
 			return nil, sqlErr("read segment metas", err)
 		}
 		out = append(out, s)
