@@ -184,8 +184,8 @@ type wanted struct {
 }
 
 // readSegment adds to acc the samples in range of refs (sorted) in one
-// sealed segment, reading only their pages.
-func (s *store) readSegment(tx *archive.ReadTx, id segmentID, refs []seriesindex.Ref, p selectParams, acc *accumulator) error {
+// sealed segment, m as tx's snapshot lists it, reading only their pages.
+func (s *store) readSegment(tx *archive.ReadTx, id segmentID, m archive.StreamSegment, refs []seriesindex.Ref, p selectParams, acc *accumulator) error {
 	d, v2, err := s.dir(tx, id)
 	if err != nil {
 		return err
@@ -207,7 +207,7 @@ func (s *store) readSegment(tx *archive.ReadTx, id segmentID, refs []seriesindex
 	}
 	slices.SortFunc(ws, func(a, b wanted) int { return a.ord - b.ord })
 	s.segmentsRead.Add(1)
-	seg := &lazySegment{tx: tx, id: id, opened: &s.blobsOpened}
+	seg := &lazySegment{tx: tx, id: id, listed: m, opened: &s.blobsOpened}
 	l, err := s.layout(id, d, seg)
 	if err != nil {
 		return fmt.Errorf("segment %d: %w", id.seq, err)

@@ -56,10 +56,13 @@ func (p *segPages) AddPage(off int64, sum uint64, b []byte) {
 }
 
 // lazySegment is a segment's BLOB, opened on the first read: a read whose
-// layout and pages are all cached opens nothing.
+// layout and pages are all cached opens nothing. listed is the segment's
+// catalog entry from tx's own snapshot (or one of the same version), whose
+// row id spares the open a lookup (archive.OpenListedSegment).
 type lazySegment struct {
 	tx     *archive.ReadTx
 	id     segmentID
+	listed archive.StreamSegment
 	blob   *archive.SegmentBlob
 	opened *atomic.Int64 // counts the opens
 }
@@ -68,7 +71,7 @@ func (l *lazySegment) open() (*archive.SegmentBlob, error) {
 	if l.blob != nil {
 		return l.blob, nil
 	}
-	b, found, err := l.tx.OpenSegment(l.id.source, l.id.stream, l.id.seq)
+	b, found, err := l.tx.OpenListedSegment(l.id.source, l.listed)
 	if err != nil {
 		return nil, err
 	}

@@ -412,7 +412,9 @@ func (s *store) readStream(c *catalog, src archive.SourceID, stream string, segs
 		if sp, ok := s.segSpan(k, id); ok && sp.outside(p.mint, p.maxt) {
 			continue
 		}
-		if err := s.readSegment(c.tx, id, refs, p, acc); err != nil {
+		// m is from c, this snapshot's catalog (or one of the same
+		// version): its row id locates the segment (lazySegment).
+		if err := s.readSegment(c.tx, id, m, refs, p, acc); err != nil {
 			return err
 		}
 	}
