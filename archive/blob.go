@@ -165,17 +165,8 @@ func (tx *ReadTx) OpenSegment(source SourceID, stream string, seq int64) (b *Seg
 		return nil, false, sqlErr("open segment", err)
 	}
 	b = &SegmentBlob{tx: tx, size: size}
-	if conn, isConn := tx.q.(*sql.Conn); isConn {
-		err = conn.Raw(func(dc any) error {
-			db, tls, ok := blobHandle(dc)
-			if !ok {
-				return nil
-			}
-			return b.open(tls, db, rowid, false)
-		})
-		if err != nil {
-			return nil, false, err
-		}
+	if err := tx.inDriver(func(db uintptr, tls *libc.TLS) error { return b.open(tls, db, rowid, false) }); err != nil {
+		return nil, false, err
 	}
 	if b.h == 0 { // no in-place reads on this connection: the whole BLOB
 		data, ok, err := tx.SegmentBytes(source, stream, seq)
@@ -197,16 +188,11 @@ func (tx *ReadTx) OpenSegment(source SourceID, stream string, seq int64) (b *Seg
 // A row that is not a BLOB of m.Size bytes, or an m without a RowID, is
 // looked up by its key instead.
 func (tx *ReadTx) OpenListedSegment(source SourceID, m StreamSegment) (b *SegmentBlob, ok bool, err error) {
-	conn, isConn := tx.q.(*sql.Conn)
-	if m.RowID == 0 || !isConn {
+	if m.RowID == 0 {
 		return tx.OpenSegment(source, m.Stream, m.Seq)
 	}
 	b = &SegmentBlob{tx: tx, size: m.Size}
-	err = conn.Raw(func(dc any) error {
-		db, tls, ok := blobHandle(dc)
-		if !ok {
-			return nil
-		}
+	err = tx.inDriver(func(db uintptr, tls *libc.TLS) error {
 		if b.open(tls, db, m.RowID, false) != nil {
 			return nil // not that row any more: by key below
 		}
@@ -253,14 +239,10 @@ func (tx *ReadTx) SegmentIndexHead(source SourceID, stream string, seq int64, n 
 	}
 	head = make([]byte, min(int64(n), size.Int64))
 	read := false
-	if conn, isConn := tx.q.(*sql.Conn); isConn && len(head) > 0 {
+	if len(head) > 0 {
 		// Opened, read and closed at once: a caller reading the heads
 		// of thousands of indexes in one snapshot holds no handle.
-		err = conn.Raw(func(dc any) error {
-			db, tls, ok := blobHandle(dc)
-			if !ok {
-				return nil
-			}
+		err = tx.inDriver(func(db uintptr, tls *libc.TLS) error {
 			b := &SegmentBlob{tx: tx, size: size.Int64}
 			if err := b.open(tls, db, rowid, true); err != nil {
 				return err
@@ -285,6 +267,24 @@ func (tx *ReadTx) SegmentIndexHead(source SourceID, stream string, seq int64, n 
 		return index[:min(n, len(index))], true, nil
 	}
 	return head, true, nil
+}
+
+// inDriver runs fn with the sqlite3 pointer and C thread state of the
+// snapshot's connection, if it is a *sql.Conn of the expected driver
+// (blobHandle); otherwise fn is not called, and callers, which find
+// nothing opened, read through SQL instead.
+func (tx *ReadTx) inDriver(fn func(db uintptr, tls *libc.TLS) error) error {
+	conn, isConn := tx.q.(*sql.Conn)
+	if !isConn {
+		return nil
+	}
+	return conn.Raw(func(dc any) error {
+		db, tls, ok := blobHandle(dc)
+		if !ok {
+			return nil
+		}
+		return fn(db, tls)
+	})
 }
 
 // blobHandle returns the sqlite3 pointer and C thread state of a
