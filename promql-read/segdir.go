@@ -265,7 +265,13 @@ func (s *store) readSegment(tx *archive.ReadTx, id segmentID, m archive.StreamSe
 				ords[k] = w.ord
 				refOf[w.ord] = w.ref
 			}
+			// A short run keeps its pages as a lone series does
+			// (segpages.go, keepRunRows); a long one keeps none.
+			first, _ := sr.SeriesRows(ws[lo].ord)
+			_, last := sr.SeriesRows(ws[hi-1].ord)
+			pages.keep = last-first <= keepRunRows
 			err := sr.ReadRun(ords, p.mint, p.maxt, func(o int, sm *promsample.Series) error { return add(refOf[o], sm) })
+			pages.keep = false
 			if err != nil {
 				return fmt.Errorf("segment %d: %w", id.seq, err)
 			}

@@ -3,6 +3,7 @@ package promread
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/prometheus/prometheus/model/labels"
@@ -63,6 +64,73 @@ func TestLoneSeriesReadsKeepTheirPages(t *testing.T) {
 	}
 	if n := entries(fresh.s.pages, kindPage); n != 0 {
 		t.Fatalf("a read of the whole metric kept %d pages", n)
+	}
+}
+
+// A selective selector whose series sit together in each segment is read
+// as one short run, and keeps its pages as a lone series does: asked again
+// it opens no BLOB and answers the same. A run longer than keepRunRows
+// keeps none.
+func TestShortRunsKeepTheirPages(t *testing.T) {
+	const groups, perGroup, samples = 100, 20, 20
+	f := newFixture(t)
+	var want []*series
+	for seal := 0; seal < 2; seal++ {
+		var b promsample.Batch
+		for i := range groups * perGroup {
+			// Sorted by labels, a group's series are adjacent.
+			lbl := ls("__name__", "m", "grp", fmt.Sprint(i/perGroup), "id", fmt.Sprint(i))
+			from := int64(seal) * 100_000
+			sm := floats(from, from+(samples-1)*1000, 1000, func(t int64) float64 { return float64(t*int64(i)) + 0.5 })
+			b.Series = append(b.Series, promsample.Series{Labels: lbl, Samples: sm})
+			if i/perGroup == 7 {
+				if seal == 0 {
+					want = append(want, &series{lbls: lbl})
+				}
+				want[i%perGroup].floats = append(want[i%perGroup].floats, sm...)
+			}
+		}
+		f.write("s", b)
+		f.seal("s")
+	}
+	// want in label order, as Select returns series.
+	slices.SortFunc(want, func(a, b *series) int { return labels.Compare(a.lbls, b.lbls) })
+	q, err := NewQueryable(f.a, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	group := func() []*series {
+		t.Helper()
+		querier, _ := q.Querier(0, 1_000_000)
+		return readAll(t, querier.Select(context.Background(), true, nil,
+			mustMatcher(labels.MatchEqual, "__name__", "m"), mustMatcher(labels.MatchEqual, "grp", "7")))
+	}
+	equalSeries(t, "first", want, group())
+	opened := q.s.blobsOpened.Load()
+	if opened != 2 || entries(q.s.pages, kindPage) == 0 {
+		t.Fatalf("first ask: %d BLOBs opened, %d pages kept; want 2, some", opened, entries(q.s.pages, kindPage))
+	}
+	equalSeries(t, "again", want, group())
+	if got := q.s.blobsOpened.Load(); got != opened {
+		t.Fatalf("asked again: %d BLOBs opened in all, want %d", got, opened)
+	}
+
+	// Half the groups: one run of ~20,000 rows a segment, over keepRunRows.
+	if rows := groups / 2 * perGroup * samples; rows <= keepRunRows {
+		t.Fatalf("the long run has %d rows, not over keepRunRows (%d)", rows, keepRunRows)
+	}
+	fresh, err := NewQueryable(f.a, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	querier, _ := fresh.Querier(0, 1_000_000)
+	got := readAll(t, querier.Select(context.Background(), true, nil,
+		mustMatcher(labels.MatchEqual, "__name__", "m"), mustMatcher(labels.MatchRegexp, "grp", "[1-4]?[0-9]")))
+	if len(got) != groups/2*perGroup {
+		t.Fatalf("half the groups: %d series, want %d", len(got), groups/2*perGroup)
+	}
+	if n := entries(fresh.s.pages, kindPage); n != 0 {
+		t.Fatalf("a long run kept %d pages", n)
 	}
 }
 
