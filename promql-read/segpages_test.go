@@ -38,9 +38,7 @@ func TestLoneSeriesReadsKeepTheirPages(t *testing.T) {
 	}
 	one := func() []*series {
 		t.Helper()
-		querier, _ := q.Querier(0, 1_000_000)
-		return readAll(t, querier.Select(context.Background(), true, nil,
-			mustMatcher(labels.MatchEqual, "__name__", "m"), mustMatcher(labels.MatchEqual, "id", "1234")))
+		return selectAll(t, q, mustMatcher(labels.MatchEqual, "__name__", "m"), mustMatcher(labels.MatchEqual, "id", "1234"))
 	}
 	equalSeries(t, "first", want, one())
 	opened, read := q.s.blobsOpened.Load(), q.s.segmentsRead.Load()
@@ -58,8 +56,7 @@ func TestLoneSeriesReadsKeepTheirPages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	querier, _ := fresh.Querier(0, 1_000_000)
-	if got := readAll(t, querier.Select(context.Background(), true, nil, mustMatcher(labels.MatchEqual, "__name__", "m"))); len(got) != 2000 {
+	if got := selectAll(t, fresh, mustMatcher(labels.MatchEqual, "__name__", "m")); len(got) != 2000 {
 		t.Fatalf("whole metric: %d series, want 2000", len(got))
 	}
 	if n := entries(fresh.s.pages, kindPage); n != 0 {
@@ -101,9 +98,7 @@ func TestShortRunsKeepTheirPages(t *testing.T) {
 	}
 	group := func() []*series {
 		t.Helper()
-		querier, _ := q.Querier(0, 1_000_000)
-		return readAll(t, querier.Select(context.Background(), true, nil,
-			mustMatcher(labels.MatchEqual, "__name__", "m"), mustMatcher(labels.MatchEqual, "grp", "7")))
+		return selectAll(t, q, mustMatcher(labels.MatchEqual, "__name__", "m"), mustMatcher(labels.MatchEqual, "grp", "7"))
 	}
 	equalSeries(t, "first", want, group())
 	opened := q.s.blobsOpened.Load()
@@ -123,15 +118,20 @@ func TestShortRunsKeepTheirPages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	querier, _ := fresh.Querier(0, 1_000_000)
-	got := readAll(t, querier.Select(context.Background(), true, nil,
-		mustMatcher(labels.MatchEqual, "__name__", "m"), mustMatcher(labels.MatchRegexp, "grp", "[1-4]?[0-9]")))
+	got := selectAll(t, fresh, mustMatcher(labels.MatchEqual, "__name__", "m"), mustMatcher(labels.MatchRegexp, "grp", "[1-4]?[0-9]"))
 	if len(got) != groups/2*perGroup {
 		t.Fatalf("half the groups: %d series, want %d", len(got), groups/2*perGroup)
 	}
 	if n := entries(fresh.s.pages, kindPage); n != 0 {
 		t.Fatalf("a long run kept %d pages", n)
 	}
+}
+
+// selectAll reads what ms select over [0, 1,000,000] ms, sorted.
+func selectAll(t *testing.T, q *Queryable, ms ...*labels.Matcher) []*series {
+	t.Helper()
+	querier, _ := q.Querier(0, 1_000_000)
+	return readAll(t, querier.Select(context.Background(), true, nil, ms...))
 }
 
 // entries counts the cache's entries of one kind.
@@ -166,9 +166,7 @@ func TestPagesNeverEvictDirectories(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := 0; i < 2000; i += 37 {
-		querier, _ := q.Querier(0, 1_000_000)
-		got := readAll(t, querier.Select(context.Background(), true, nil,
-			mustMatcher(labels.MatchEqual, "__name__", "m"), mustMatcher(labels.MatchEqual, "id", fmt.Sprint(i))))
+		got := selectAll(t, q, mustMatcher(labels.MatchEqual, "__name__", "m"), mustMatcher(labels.MatchEqual, "id", fmt.Sprint(i)))
 		if len(got) != 1 || len(got[0].floats) != 40 {
 			t.Fatalf("id %d: %d series", i, len(got))
 		}
