@@ -30,14 +30,16 @@ import (
 const pageCacheShare = 8
 
 // keepRunRows is the longest run of series, in rows from its first
-// series' first row to its last series' last, whose pages are kept: it
-// spans at most three pages a column. A segment's series are sorted by
-// labels, so a selective selector's often sit together (one metric's
-// series with one id, on every instance), and a dashboard asks for them
-// as often as for a lone series. At a million series the 100 series of
-// the benchmark's temperature_celsius{id="5"} are one run of ~500 rows a
-// segment; keeping their pages took its warm query_range over an hour
-// from 4.7 to 3.4 ms (medians of three restarts, 30 asks each).
+// series' first row to its last series' last, whose pages are kept: a few
+// pages a column, since a page holds at least PageRows rows (bar a row
+// group's last: the encoder cuts a page at the first series boundary
+// PageRows rows on). A segment's series are sorted by labels, so a
+// selective selector's often sit together (one metric's series with one
+// id, on every instance), and a dashboard asks for them as often as for
+// a lone series. At a million series the 100 series of the benchmark's
+// temperature_celsius{id="5"} are one run of ~500 rows a segment;
+// keeping their pages took its warm query_range over an hour from 4.7 to
+// 3.4 ms (medians of three restarts, 30 asks each).
 const keepRunRows = 2 * promsample.PageRows
 
 // segPages is one segment's pages in the store's page cache, as a
