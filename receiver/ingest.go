@@ -53,8 +53,12 @@ type IngestOptions struct {
 	// DiskReserve: the operator has said old data may go, and on a full
 	// disk it goes before any write is refused.
 	RetentionBytes int64
-	// DiskReserve is that room; 0 means DefaultDiskReserve.
+	// DiskReserve is that room; 0 means DefaultDiskReserve. Room to seal
+	// the live rows is kept beyond it (sealroom.go).
 	DiskReserve int64
+	// Urgency, when set, is told when seals must not wait for idle CPU
+	// (sealroom.go): the same value the writer's EncodeOn consults.
+	Urgency *SealUrgency
 	// CompactTargetRows is the row count compaction merges segments up to;
 	// 0 means DefaultCompactTargetRows, negative disables compaction.
 	CompactTargetRows int64
@@ -150,7 +154,12 @@ type Ingester struct {
 	checkDisk chan struct{}
 	sawFull   atomic.Bool
 	written   atomic.Int64
-	stats     ingestCounters
+	// held: appends are refused, the room left kept for seals
+	// (sealroom.go); sealingBytes: the live row bytes a seal round took
+	// from the accounts and has not sealed yet (liveBytes).
+	held         atomic.Bool
+	sealingBytes atomic.Int64
+	stats        ingestCounters
 }
 
 // IngestStats are the Ingester's cumulative counters.
@@ -159,21 +168,26 @@ type IngestStats struct {
 	// keep IngestOptions.DiskReserve free, before RetentionBytes required
 	// it; EarlyEvictedSegments and EarlyEvictedBytes what they evicted.
 	EarlyEvictions, EarlyEvictedSegments, EarlyEvictedBytes int64
-	// BallastReleases counts the times a full disk took the ballast
-	// (ballast.go) so that seals and evictions could commit.
+	// BallastReleases counts the times a full disk, or a seal that needed
+	// its room, took the ballast (ballast.go).
 	BallastReleases int64
+	// Holds counts the times appends were held so that the room left went
+	// to seals (sealroom.go); HeldWrites the writes refused meanwhile.
+	Holds, HeldWrites int64
 }
 
 type ingestCounters struct {
 	earlyEvictions, earlyEvictedSegments, earlyEvictedBytes atomic.Int64
 	ballastReleases                                         atomic.Int64
+	holds, heldWrites                                       atomic.Int64
 }
 
 // Stats returns a snapshot of the Ingester's counters.
 func (in *Ingester) Stats() IngestStats {
 	return IngestStats{EarlyEvictions: in.stats.earlyEvictions.Load(),
 		EarlyEvictedSegments: in.stats.earlyEvictedSegments.Load(), EarlyEvictedBytes: in.stats.earlyEvictedBytes.Load(),
-		BallastReleases: in.stats.ballastReleases.Load()}
+		BallastReleases: in.stats.ballastReleases.Load(),
+		Holds:           in.stats.holds.Load(), HeldWrites: in.stats.heldWrites.Load()}
 }
 
 func (in *Ingester) getScratch() *rowScratch { return in.scratch.get() }
@@ -424,8 +438,13 @@ func (in *Ingester) source(ctx context.Context, name string) (*sourceState, erro
 }
 
 // Write commits one request's data. It returns nil only when the writer
-// reported every row committed and none dropped.
+// reported every row committed and none dropped. While appends are held
+// (sealroom.go) it refuses at once with ErrDiskFull.
 func (in *Ingester) Write(ctx context.Context, name string, series []Series, meta []promsample.Metadata) (Counts, error) {
+	if in.held.Load() {
+		in.stats.heldWrites.Add(1)
+		return Counts{}, errHeldForSeals
+	}
 	ctx, cancel := context.WithTimeout(ctx, in.opts.WriteTimeout)
 	defer cancel()
 	st, err := in.source(ctx, name)

@@ -59,46 +59,68 @@ func (in *Ingester) room(ctx context.Context) (room, error) {
 }
 
 // keepRoom keeps DiskReserve of room for the archive (free space on its
-// filesystem, free pages in its file, and the ballast) when RetentionBytes
-// is set, by evicting the oldest segments early: before the size cap asks
-// for it, and before a full disk refuses a write. When the disk is full
+// filesystem, free pages in its file, and the ballast) beyond the room a
+// seal of the live rows needs (sealroom.go) when RetentionBytes is set, by
+// evicting the oldest segments early: before the size cap asks for it, and
+// before a full disk refuses a write. When that is not enough, seals
+// become urgent, and then appends are held for them. When the disk is full
 // all the same (a write found it so, or too little is free for the -wal
-// sidecar to grow), it first releases the ballast, so that the seals and
-// evictions that free room can commit; it writes the ballast again once
-// the filesystem has room for it twice over. keepDiskReserve calls it.
+// sidecar to grow), or appends are held, it first releases the ballast, so
+// that the seals and evictions that free room can commit; it writes the
+// ballast again once the filesystem has room for it twice over and
+// appends flow. keepDiskReserve calls it.
 func (in *Ingester) keepRoom(ctx context.Context, b *ballast) error {
 	r, err := in.room(ctx)
 	if err != nil {
 		return err
 	}
 	full := in.sawFull.Swap(false)
-	if b.present && (full || r.freeDisk < b.size/4) {
+	if b.present && (full || in.held.Load() || r.freeDisk < b.size/4) {
 		if err := b.release(); err != nil {
 			return err
 		}
 		in.stats.ballastReleases.Add(1)
-		in.log.Warn("the disk is full: released the ballast so that seals and evictions can commit",
+		in.log.Warn("the disk is full, or a seal needs its room: released the ballast so that seals and evictions can commit",
 			"ballast", b.size, "disk_free", r.freeDisk, "file_free", r.freeFile)
 		r.freeDisk += b.size
 	}
-	short := in.opts.DiskReserve - (r.freeDisk + r.freeFile + b.room())
-	if short <= 0 {
-		if !b.present && !full && b.size > 0 && r.freeDisk >= 2*b.size {
-			return b.fill()
+	live := in.liveBytes()
+	seal := sealRoomFactor * live
+	left := r.freeDisk + r.freeFile + b.room() - seal // once the live rows are sealed
+	short := in.opts.DiskReserve - left
+	if short > 0 {
+		// A quarter of the reserve more than is short, so that a steady
+		// load costs one eviction per quarter-reserve written, not one per
+		// check.
+		segs, bytes, err := in.evictOldest(ctx, in.sourceIDs(), short+in.opts.DiskReserve/4)
+		if segs > 0 {
+			in.stats.earlyEvictions.Add(1)
+			in.stats.earlyEvictedSegments.Add(segs)
+			in.stats.earlyEvictedBytes.Add(bytes)
+			in.log.Warn("the disk is nearly full: evicted the oldest segments early to keep room for the archive",
+				"segments", segs, "bytes", bytes, "disk_free", r.freeDisk, "file_free", r.freeFile,
+				"live_bytes", live, "reserve", in.opts.DiskReserve)
 		}
-		return nil
+		if err != nil {
+			return err
+		}
+		left += bytes
 	}
-	// A quarter of the reserve more than is short, so that a steady load
-	// costs one eviction per quarter-reserve written, not one per check.
-	segs, bytes, err := in.evictOldest(ctx, in.sourceIDs(), short+in.opts.DiskReserve/4)
-	if segs > 0 {
-		in.stats.earlyEvictions.Add(1)
-		in.stats.earlyEvictedSegments.Add(segs)
-		in.stats.earlyEvictedBytes.Add(bytes)
-		in.log.Warn("the disk is nearly full: evicted the oldest segments early to keep room for the archive",
-			"segments", segs, "bytes", bytes, "disk_free", r.freeDisk, "file_free", r.freeFile, "reserve", in.opts.DiskReserve)
+	// Urgent well before the reserve is reached: an encode that has
+	// started at nice 19 stays there, and a host whose CPU others take can
+	// leave it a few percent of one while the live rows grow. Appends are
+	// held below a quarter of the reserve, resumed above half.
+	in.opts.Urgency.set(left < 2*in.opts.DiskReserve)
+	switch {
+	case left < in.opts.DiskReserve/4:
+		in.holdAppends(true, left, live)
+	case left >= in.opts.DiskReserve/2:
+		in.holdAppends(false, left, live)
 	}
-	return err
+	if !b.present && !full && !in.held.Load() && left >= in.opts.DiskReserve && b.size > 0 && r.freeDisk >= 2*b.size {
+		return b.fill()
+	}
+	return nil
 }
 
 // evictOldest evicts, from every source, everything older than the newest

@@ -94,14 +94,24 @@ type dueStream struct {
 func (in *Ingester) sealDueRound(ctx context.Context) bool {
 	now := in.opts.Now()
 	due := map[archive.SourceID][]dueStream{}
+	// While appends are held for them (sealroom.go), every stream with
+	// live rows seals: nothing else makes room.
+	held := in.held.Load()
+	var taken int64
 	in.mu.Lock()
 	for k, a := range in.accounts {
-		if a.Due(now) && in.worthSealing(k, a, now) {
+		if (held && a.Rows() > 0) || (a.Due(now) && in.worthSealing(k, a, now)) {
 			due[k.source] = append(due[k.source], dueStream{k.stream, a.Rows(), a.Bytes(), a.Opened()})
+			taken += a.Bytes()
 			a.Rotate(in.opts.Seal, now)
 		}
 	}
+	// Still live until sealed: liveBytes counts them meanwhile.
+	in.sealingBytes.Add(taken)
 	in.mu.Unlock()
+	if held && len(due) > 0 {
+		defer in.wakeDiskCheck() // the room may be back: resume appends
+	}
 	again := false
 	for src, streams := range due {
 		slices.SortFunc(streams, func(a, b dueStream) int { return strings.Compare(a.stream, b.stream) })
@@ -122,6 +132,8 @@ func (in *Ingester) sealDueRound(ctx context.Context) bool {
 		// together (8 x 900 rows were a third of the peak heap).
 		for _, d := range streams {
 			sealed, err := in.opts.Writer.SealWait(ctx, src, []string{d.stream})
+			// What it left live goes back to the account (carry, recount).
+			in.sealingBytes.Add(-d.bytes)
 			if err != nil {
 				if ctx.Err() == nil && !errors.Is(err, archive.ErrCannotCommit) { // an outage is logged by the writer
 					in.log.Warn("seal failed", "source", src, "stream", d.stream, "err", err)

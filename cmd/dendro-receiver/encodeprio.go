@@ -19,20 +19,26 @@ import (
 // run to 12-13%.
 //
 // Seals that fall behind cannot pile up in memory: the writer takes at most
-// a policy's worth of rows per seal (archive.WriterOptions.MaxSealRows,
-// MaxSealBytes). And a seal that leaves a stream twice that behind
-// (EncodeOn's behind) runs at normal priority, competing for the CPU as
-// every seal did before, so a host with no idle CPU to give still seals.
+// twice a policy's bytes per seal (archive.WriterOptions.MaxSealBytes). But
+// a host with no idle CPU to give starves them, and the live rows they leave
+// can fill a disk: nothing but a seal makes their room free again. So an
+// encode that starts while the ingester says the disk is short of room
+// (receiver.SealUrgency) runs at normal priority, competing for the CPU as
+// every seal did before; so does one the writer says is behind (a row bound,
+// archive.WriterOptions.MaxSealRows, which the receiver does not set). An
+// encode already running stays at nice 19: a thread cannot lower its nice
+// value again without CAP_SYS_NICE. Seals are one stream each, so the next
+// one comes soon.
 
 // encodeAtIdlePriority is an archive.WriterOptions.EncodeOn that runs an
-// encode at the lowest CPU priority unless the writer says it is behind. If
-// the priority cannot be lowered, it says so once in log and the encodes
-// run at normal priority.
-func encodeAtIdlePriority(log *slog.Logger) func(behind bool, encode func()) {
+// encode at the lowest CPU priority unless the writer says it is behind or
+// urgent says seals are urgent. If the priority cannot be lowered, it says
+// so once in log and the encodes run at normal priority.
+func encodeAtIdlePriority(log *slog.Logger, urgent func() bool) func(behind bool, encode func()) {
 	var once sync.Once
 	return func(behind bool, encode func()) {
 		go func() {
-			if !behind {
+			if !behind && !urgent() {
 				// Never unlocked: the thread ends with this goroutine, so
 				// its priority never reaches another goroutine.
 				runtime.LockOSThread()

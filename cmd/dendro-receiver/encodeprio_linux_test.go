@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -51,10 +52,11 @@ func nicedThreads(t *testing.T) int {
 	return n
 }
 
-// An encode the writer is not behind on runs on a thread at encoderNice;
-// one it is behind on runs at the process's priority; and no thread stays
-// at encoderNice after its encode, so no other goroutine ever runs there.
-func TestEncodesRunAtIdlePriorityUnlessBehind(t *testing.T) {
+// An encode the writer is not behind on runs on a thread at encoderNice
+// unless seals are urgent; one it is behind on, or one that starts while
+// seals are urgent, runs at the process's priority; and no thread stays at
+// encoderNice after its encode, so no other goroutine ever runs there.
+func TestEncodesRunAtIdlePriorityUnlessBehindOrUrgent(t *testing.T) {
 	base, err := syscall.Getpriority(syscall.PRIO_PROCESS, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -65,15 +67,23 @@ func TestEncodesRunAtIdlePriorityUnlessBehind(t *testing.T) {
 	if n := nicedThreads(t); n != 0 {
 		t.Fatalf("%d threads at nice %d before any encode", n, encoderNice)
 	}
-	on := encodeAtIdlePriority(slog.New(slog.DiscardHandler))
+	var urgent atomic.Bool
+	on := encodeAtIdlePriority(slog.New(slog.DiscardHandler), urgent.Load)
 	for _, c := range []struct {
-		behind bool
-		want   int
-	}{{false, encoderNice}, {true, 20 - base}, {false, encoderNice}} {
+		behind, urgent bool
+		want           int
+	}{
+		{false, false, encoderNice},
+		{true, false, 20 - base},
+		{false, true, 20 - base},
+		{true, true, 20 - base},
+		{false, false, encoderNice},
+	} {
+		urgent.Store(c.urgent)
 		got := make(chan int, 1)
 		on(c.behind, func() { got <- threadNice() })
 		if n := <-got; n != c.want {
-			t.Errorf("behind=%v: the encode ran at nice %d, want %d", c.behind, n, c.want)
+			t.Errorf("behind=%v urgent=%v: the encode ran at nice %d, want %d", c.behind, c.urgent, n, c.want)
 		}
 	}
 	deadline := time.Now().Add(5 * time.Second)

@@ -26,7 +26,7 @@ type archiveCollector struct {
 	groupedCommits, groupFallbacks, writerCacheBytes, prunedRows, sealsBehind   *prometheus.Desc
 	fileBytes, freePages, walRows, sidecarBytes, sources, segments, streams, up *prometheus.Desc
 	outages, probes, outageSeconds, earlyEvictions, earlyEvicted, earlyBytes    *prometheus.Desc
-	ballastReleases                                                             *prometheus.Desc
+	ballastReleases, holds, heldWrites                                          *prometheus.Desc
 }
 
 func newArchiveCollector(w *archive.Writer, r *archive.Archive, ing *receiver.Ingester) *archiveCollector {
@@ -70,7 +70,9 @@ func newArchiveCollector(w *archive.Writer, r *archive.Archive, ing *receiver.In
 		earlyEvictions:   d("ingest_early_evictions_total", "Evictions of the oldest segments to keep --retention.disk-reserve free, before --retention.size asked for them."),
 		earlyEvicted:     d("ingest_early_evicted_segments_total", "Segments those early evictions removed."),
 		earlyBytes:       d("ingest_early_evicted_bytes_total", "Bytes of segments those early evictions removed."),
-		ballastReleases:  d("ingest_ballast_releases_total", "Times a full disk took the ballast beside the archive (half of --retention.disk-reserve) so that seals and evictions could commit."),
+		ballastReleases:  d("ingest_ballast_releases_total", "Times a full disk, or a seal that needed its room, took the ballast beside the archive (half of --retention.disk-reserve) so that seals and evictions could commit."),
+		holds:            d("ingest_holds_total", "Times writes were held (refused 507) so that the room left on the disk went to sealing the live rows."),
+		heldWrites:       d("ingest_held_writes_total", "Writes refused 507 while writes were held for seals."),
 	}
 }
 
@@ -121,6 +123,8 @@ func (c *archiveCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.earlyEvicted, float64(is.EarlyEvictedSegments))
 	counter(c.earlyBytes, float64(is.EarlyEvictedBytes))
 	counter(c.ballastReleases, float64(is.BallastReleases))
+	counter(c.holds, float64(is.Holds))
+	counter(c.heldWrites, float64(is.HeldWrites))
 	_, streams := c.ing.Sources()
 	gauge(c.streams, float64(streams))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -302,11 +302,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, procs int
 	// closes an epoch once it reaches the policy, so the bound always
 	// holds a closed epoch (receiver/epochs.go). Rows are not bounded: at
 	// a million series an epoch holds a few thousand small rows.
+	// The ingester says when seals must not wait for idle CPU (a disk short
+	// of room), the writer's encoder asks.
+	urgency := &receiver.SealUrgency{}
 	wopts := archive.WriterOptions{Encoder: enc, Logger: logger.With("component", "archive"), DeferPrunes: true,
 		MaxSealBytes: 2*policy.WithDefaults().MaxBytes + 4<<20}
 	if threadPriorities {
 		enc.Opts.OwnThread = true
-		wopts.EncodeOn = encodeAtIdlePriority(logger.With("component", "archive"))
+		wopts.EncodeOn = encodeAtIdlePriority(logger.With("component", "archive"), urgency.Urgent)
 	}
 	// A commit waits up to groupWait for requests the handler is still
 	// decoding (receiver.Pending), to take them along.
@@ -364,6 +367,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, procs int
 		Retention:         time.Duration(c.retentionTime),
 		RetentionBytes:    int64(c.retentionSize),
 		DiskReserve:       int64(c.diskReserve),
+		Urgency:           urgency,
 		CompactTargetRows: c.compactRows,
 		WriteTimeout:      time.Duration(c.writeTimeout),
 		Parallelism:       procs,
