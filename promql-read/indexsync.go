@@ -512,8 +512,19 @@ func (s *store) warmSegments(ctx context.Context, window time.Duration) (deferre
 		slices.SortStableFunc(todo, byReceipt)
 		if len(todo) > 0 {
 			// Row ts are receipt times in Unix nanoseconds, as the
-			// receiver stamps them (archive.Row).
-			cutoff := todo[len(todo)-1].id.lastTS - window.Nanoseconds()
+			// receiver stamps them (archive.Row). The window ends at the
+			// newest first receipt, not the newest last one: a restart
+			// closes the epochs its predecessor left open, and their close
+			// markers, stamped now, are sealed with the rows they close.
+			// After a stop of over a window, the newest last receipt was
+			// the restart's own, and every segment of the data before the
+			// stop was left for after ready (a first one-series question
+			// about it at 1 M series took 7-20 ms instead of 2).
+			newest := todo[0].id.firstTS
+			for _, j := range todo {
+				newest = max(newest, j.id.firstTS)
+			}
+			cutoff := newest - window.Nanoseconds()
 			old := sort.Search(len(todo), func(i int) bool { return todo[i].id.lastTS >= cutoff })
 			if deferred, err = s.deferHistory(ctx, todo[:old]); err != nil {
 				return deferred, err

@@ -56,8 +56,9 @@ type Options struct {
 	MemoryPerQuery int64
 	// WarmWindow bounds what Queryable.Warm indexes before it returns:
 	// the segments whose rows were received within WarmWindow of the
-	// newest segment's last row (row ts read as Unix nanoseconds, the
-	// receiver's receipt times). Of the older ones it learns only their
+	// newest segment's first row (row ts read as Unix nanoseconds, the
+	// receiver's receipt times; the first, since a restart's own rows are
+	// sealed with the ones before the stop). Of the older ones it learns only their
 	// time spans (from the head of each index), so that a question can
 	// tell which it needs: a question whose range reaches them indexes
 	// those it overlaps itself, and WarmHistory indexes the rest. A

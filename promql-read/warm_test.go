@@ -412,6 +412,44 @@ func TestWarmWindowDefersHistory(t *testing.T) {
 	}
 }
 
+// The window ends at the newest segment's first receipt. A restart after a
+// stop of hours seals the rows its predecessor left live with a row of its
+// own (an epoch's close marker, stamped at the restart), so the newest
+// segment's last receipt is the restart's: measured from it, the window
+// deferred every segment of the hours before the stop, which are what the
+// first questions after it ask about.
+func TestWarmWindowEndsAtTheNewestFirstReceipt(t *testing.T) {
+	base := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	var clock atomic.Int64
+	f := newFixtureClock(t, t.TempDir(), func() time.Time { return base.Add(time.Duration(clock.Load())) })
+	batch := func(h int64) promsample.Batch {
+		var b promsample.Batch
+		for i := range 5 {
+			b.Series = append(b.Series, promsample.Series{Labels: ls("__name__", "up", "i", fmt.Sprint(i)),
+				Samples: floats(h*3600_000, (h+1)*3600_000-1, 600_000, func(t int64) float64 { return float64(t) })})
+		}
+		return b
+	}
+	for h := range int64(5) {
+		clock.Store(h * int64(time.Hour))
+		f.write("alpha", batch(h))
+		f.seal("alpha")
+	}
+	// Hour 5 stays live through a stop of three hours; what the restart
+	// writes to its stream is sealed with it.
+	clock.Store(5 * int64(time.Hour))
+	f.write("alpha", batch(5))
+	clock.Store(8*int64(time.Hour) + int64(time.Minute))
+	f.write("alpha", promsample.Batch{Series: []promsample.Series{{Labels: ls("__name__", "up", "i", "restart"),
+		Samples: floats(8*3600_000, 8*3600_000, 1, func(int64) float64 { return 1 })}}})
+	f.seal("alpha")
+	// Received within 90 minutes of hour 5's first row: hours 4 and 5.
+	q := warmed(t, f, Options{WarmWindow: 90 * time.Minute})
+	if n := q.Deferred(); n != 4 {
+		t.Fatalf("%d segments deferred, want 4 (hours 0 to 3)", n)
+	}
+}
+
 // WarmHistory beside questions that index the same deferred segments: each
 // answer is whole, and in the end every segment is indexed once over.
 func TestWarmHistoryBesideQuestions(t *testing.T) {
