@@ -88,11 +88,13 @@ func (in *Ingester) keepRoom(ctx context.Context, b *ballast) error {
 	seal := sealRoomFactor * live
 	left := r.freeDisk + r.freeFile + b.room() - seal // once the live rows are sealed
 	short := in.opts.DiskReserve - left
+	var evictErr error
 	if short > 0 {
 		// A quarter of the reserve more than is short, so that a steady
 		// load costs one eviction per quarter-reserve written, not one per
 		// check.
-		segs, bytes, err := in.evictOldest(ctx, in.sourceIDs(), short+in.opts.DiskReserve/4)
+		var segs, bytes int64
+		segs, bytes, evictErr = in.evictOldest(ctx, in.sourceIDs(), short+in.opts.DiskReserve/4)
 		if segs > 0 {
 			in.stats.earlyEvictions.Add(1)
 			in.stats.earlyEvictedSegments.Add(segs)
@@ -101,10 +103,9 @@ func (in *Ingester) keepRoom(ctx context.Context, b *ballast) error {
 				"segments", segs, "bytes", bytes, "disk_free", r.freeDisk, "file_free", r.freeFile,
 				"live_bytes", live, "reserve", in.opts.DiskReserve)
 		}
-		if err != nil {
-			return err
+		if evictErr == nil {
+			left += bytes // the next check sees what a failed pass freed
 		}
-		left += bytes
 	}
 	// Urgent well before the reserve is reached: an encode that has
 	// started at nice 19 stays there, and a host whose CPU others take can
@@ -116,6 +117,9 @@ func (in *Ingester) keepRoom(ctx context.Context, b *ballast) error {
 		in.holdAppends(true, left, live)
 	case left >= in.opts.DiskReserve/2:
 		in.holdAppends(false, left, live)
+	}
+	if evictErr != nil {
+		return evictErr
 	}
 	if !b.present && !full && !in.held.Load() && left >= in.opts.DiskReserve && b.size > 0 && r.freeDisk >= 2*b.size {
 		return b.fill()
