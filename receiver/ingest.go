@@ -172,8 +172,10 @@ type IngestStats struct {
 	// its room, took the ballast (ballast.go).
 	BallastReleases int64
 	// Holds counts the times appends were held so that the room left went
-	// to seals (sealroom.go); HeldWrites the writes refused meanwhile.
+	// to seals (sealroom.go); HeldWrites the writes refused meanwhile;
+	// Held says whether they are held now.
 	Holds, HeldWrites int64
+	Held              bool
 }
 
 type ingestCounters struct {
@@ -187,7 +189,7 @@ func (in *Ingester) Stats() IngestStats {
 	return IngestStats{EarlyEvictions: in.stats.earlyEvictions.Load(),
 		EarlyEvictedSegments: in.stats.earlyEvictedSegments.Load(), EarlyEvictedBytes: in.stats.earlyEvictedBytes.Load(),
 		BallastReleases: in.stats.ballastReleases.Load(),
-		Holds:           in.stats.holds.Load(), HeldWrites: in.stats.heldWrites.Load()}
+		Holds:           in.stats.holds.Load(), HeldWrites: in.stats.heldWrites.Load(), Held: in.held.Load()}
 }
 
 func (in *Ingester) getScratch() *rowScratch { return in.scratch.get() }

@@ -1,6 +1,7 @@
 package receiver
 
 import (
+	"errors"
 	"fmt"
 	"sync/atomic"
 )
@@ -72,6 +73,19 @@ func (in *Ingester) liveBytes() int64 {
 	}
 	in.mu.Unlock()
 	return max(n, 0)
+}
+
+// ErrWritesHeld is what Health reports while writes are held for seals.
+var ErrWritesHeld = errors.New("writes are held: the disk has no room for more live rows until seals and evictions make it")
+
+// Health reports ErrWritesHeld while writes are held for seals (each is
+// refused 507 meanwhile), else nil: a server is not ready then, as while
+// its writer cannot commit.
+func (in *Ingester) Health() error {
+	if in.held.Load() {
+		return ErrWritesHeld
+	}
+	return nil
 }
 
 // holdAppends sets whether appends are held, logging a change.

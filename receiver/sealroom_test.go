@@ -83,6 +83,9 @@ func TestWritesAreHeldForSealsWhenTheDiskHasNoRoom(t *testing.T) {
 	if !urgency.Urgent() || !s.ing.held.Load() {
 		t.Fatalf("without room: urgent %v, held %v; want both", urgency.Urgent(), s.ing.held.Load())
 	}
+	if err := s.ing.Health(); !errors.Is(err, ErrWritesHeld) || !s.ing.Stats().Held {
+		t.Fatalf("while held: Health %v, Stats().Held %v; want ErrWritesHeld, true", err, s.ing.Stats().Held)
+	}
 	_, before := state()
 	err := write()
 	if !errors.Is(err, ErrDiskFull) {
@@ -107,8 +110,8 @@ func TestWritesAreHeldForSealsWhenTheDiskHasNoRoom(t *testing.T) {
 	if err := s.ing.keepRoom(ctx, b); err != nil {
 		t.Fatal(err)
 	}
-	if urgency.Urgent() || s.ing.held.Load() {
-		t.Fatalf("with room again: urgent %v, held %v", urgency.Urgent(), s.ing.held.Load())
+	if urgency.Urgent() || s.ing.held.Load() || s.ing.Health() != nil || s.ing.Stats().Held {
+		t.Fatalf("with room again: urgent %v, held %v, Health %v", urgency.Urgent(), s.ing.held.Load(), s.ing.Health())
 	}
 	if err := write(); err != nil {
 		t.Fatalf("a write once the room is back: %v", err)

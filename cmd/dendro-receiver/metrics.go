@@ -26,7 +26,7 @@ type archiveCollector struct {
 	groupedCommits, groupFallbacks, writerCacheBytes, prunedRows, sealsBehind   *prometheus.Desc
 	fileBytes, freePages, walRows, sidecarBytes, sources, segments, streams, up *prometheus.Desc
 	outages, probes, outageSeconds, earlyEvictions, earlyEvicted, earlyBytes    *prometheus.Desc
-	ballastReleases, holds, heldWrites                                          *prometheus.Desc
+	ballastReleases, holds, heldWrites, held                                    *prometheus.Desc
 }
 
 func newArchiveCollector(w *archive.Writer, r *archive.Archive, ing *receiver.Ingester) *archiveCollector {
@@ -73,6 +73,7 @@ func newArchiveCollector(w *archive.Writer, r *archive.Archive, ing *receiver.In
 		ballastReleases:  d("ingest_ballast_releases_total", "Times a full disk, or a seal that needed its room, took the ballast beside the archive (half of --retention.disk-reserve) so that seals and evictions could commit."),
 		holds:            d("ingest_holds_total", "Times writes were held (refused 507) so that the room left on the disk went to sealing the live rows."),
 		heldWrites:       d("ingest_held_writes_total", "Writes refused 507 while writes were held for seals."),
+		held:             d("ingest_writes_held", "1 while writes are held (refused 507) so that the room left on the disk goes to sealing the live rows."),
 	}
 }
 
@@ -125,6 +126,11 @@ func (c *archiveCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.ballastReleases, float64(is.BallastReleases))
 	counter(c.holds, float64(is.Holds))
 	counter(c.heldWrites, float64(is.HeldWrites))
+	held := 0.0
+	if is.Held {
+		held = 1
+	}
+	gauge(c.held, held)
 	_, streams := c.ing.Sources()
 	gauge(c.streams, float64(streams))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -437,7 +438,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, procs int
 	r.Mount("/debug", middleware.Profiler())
 	r.Get("/-/healthy", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "Healthy.\n") })
 	// Ready: started, not shutting down, and the writer can commit. While
-	// it cannot (a full disk, EIO) writes are refused with 507/503, so a
+	// it cannot (a full disk, EIO), or writes are held for seals (a disk
+	// short of room), writes are refused with 507/503, so a
 	// load balancer or supervisor must not see a healthy server; the answer
 	// says why, and turns 200 again by itself once the writer commits.
 	r.Get("/-/ready", func(rw http.ResponseWriter, _ *http.Request) {
@@ -449,7 +451,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, procs int
 			http.Error(rw, "Not ready.", http.StatusServiceUnavailable)
 			return
 		}
-		if err := w.Health(); err != nil {
+		if err := cmp.Or(w.Health(), ing.Health()); err != nil {
 			http.Error(rw, "Not ready: "+oneLine(err), http.StatusServiceUnavailable)
 			return
 		}
