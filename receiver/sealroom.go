@@ -33,8 +33,11 @@ import (
 //     ballast going if it holds room the seal may need. Appends resume once
 //     that room is back above half the reserve.
 //
-// The writer is never asked to commit what the disk cannot take, so it
-// never reaches the state no eviction can leave.
+// Ingest alone then stops before the disk is full of rows no seal could
+// take, while a seal still has room: the state no eviction can leave is
+// not reached by appends (checks run every diskCheckEvery and after each
+// tenth of the reserve written). A disk that something else fills is what
+// the ballast is for.
 
 // sealRoomFactor is how many bytes of room a seal of the live tail may
 // take for each byte of its live rows: its segment (at most about the rows'
@@ -76,7 +79,7 @@ func (in *Ingester) liveBytes() int64 {
 }
 
 // ErrWritesHeld is what Health reports while writes are held for seals.
-var ErrWritesHeld = errors.New("writes are held: the disk has no room for more live rows until seals and evictions make it")
+var ErrWritesHeld = errors.New("receiver: writes are held: the disk has no room for more live rows until seals and evictions make it")
 
 // Health reports ErrWritesHeld while writes are held for seals (each is
 // refused 507 meanwhile), else nil: a server is not ready then, as while
