@@ -296,6 +296,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, procs int
 
 	enc := &promsample.Encoder{}
 	policy := archive.SealPolicy{MaxRows: c.sealMaxRows, MaxBytes: int64(c.sealMaxBytes), MaxAge: time.Duration(c.sealMaxAge)}
+	// The ingester sets it when seals must not wait for idle CPU (a disk
+	// short of room); the writer's encoder reads it.
+	urgency := &receiver.SealUrgency{}
 	// DeferPrunes: the ingester seals due streams one after another and
 	// then asks for one prune of them all (Ingester.SealDue). A seal takes
 	// at most twice the policy's bytes, so that one behind the appends
@@ -303,9 +306,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, procs int
 	// closes an epoch once it reaches the policy, so the bound always
 	// holds a closed epoch (receiver/epochs.go). Rows are not bounded: at
 	// a million series an epoch holds a few thousand small rows.
-	// The ingester says when seals must not wait for idle CPU (a disk short
-	// of room), the writer's encoder asks.
-	urgency := &receiver.SealUrgency{}
 	wopts := archive.WriterOptions{Encoder: enc, Logger: logger.With("component", "archive"), DeferPrunes: true,
 		MaxSealBytes: 2*policy.WithDefaults().MaxBytes + 4<<20}
 	if threadPriorities {
@@ -441,7 +441,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, procs int
 	// it cannot (a full disk, EIO), or writes are held for seals (a disk
 	// short of room), writes are refused with 507/503, so a
 	// load balancer or supervisor must not see a healthy server; the answer
-	// says why, and turns 200 again by itself once the writer commits.
+	// says why, and turns 200 again by itself once writes go through.
 	r.Get("/-/ready", func(rw http.ResponseWriter, _ *http.Request) {
 		if !ready.Load() {
 			if warming.Load() {
