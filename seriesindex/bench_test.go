@@ -3,6 +3,7 @@ package seriesindex
 import (
 	"fmt"
 	"runtime"
+	"sync"
 	"testing"
 
 	"github.com/prometheus/prometheus/model/labels"
@@ -128,4 +129,34 @@ func BenchmarkFindCached(b *testing.B) {
 			b.Fatal("not found")
 		}
 	}
+}
+
+// BenchmarkAddParallel adds new series from four goroutines at once, as
+// four remote-write handlers do while a million series arrive.
+func BenchmarkAddParallel(b *testing.B) {
+	const n, adders = 1_000_000, 4
+	sets := make([]labels.Labels, n)
+	for i := range sets {
+		sets[i] = seriesN(i)
+	}
+	b.ResetTimer()
+	for range b.N {
+		x := New()
+		var wg sync.WaitGroup
+		for g := range adders {
+			wg.Go(func() {
+				for i := g; i < n; i += adders {
+					if _, added := x.Add(sets[i]); !added {
+						b.Error("not added")
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		if x.Len() != n {
+			b.Fatalf("%d series, want %d", x.Len(), n)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/add")
 }

@@ -176,10 +176,7 @@ func (x *Index) Add(ls labels.Labels) (ref Ref, added bool) {
 	// Scratch on the stack for the usual label set.
 	var pbuf [32]uint32
 	var ebuf [96]byte
-	pairs := pbuf[:0]
-	ls.Range(func(l labels.Label) {
-		pairs = append(pairs, x.syms.intern(l.Name), x.syms.intern(l.Value))
-	})
+	pairs := x.syms.internPairs(pbuf[:0], ls)
 	enc := appendLabels(ebuf[:0], pairs)
 	// The postings lock is held from allocating the Ref to listing it, so
 	// fresh Refs reach the posting lists in increasing order and are
