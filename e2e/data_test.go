@@ -111,11 +111,14 @@ func parseMillis(s string) (int64, error) {
 // duplicates (same T and bits) dropped. Conflicts lists timestamps that
 // carry two different values, which no merge may hide.
 type archived struct {
-	Series    map[string][]sample // by labels.Labels.String()
-	Sources   int
-	Segments  int
-	LiveRows  int
-	Conflicts []string
+	Series   map[string][]sample // by labels.Labels.String()
+	Sources  int
+	Streams  int // over every source, whether or not ms matched in them
+	Segments int
+	// MostInASegment: the most samples matching ms that one segment holds.
+	MostInASegment int
+	LiveRows       int
+	Conflicts      []string
 }
 
 // readArchive opens the archive file read-only (beside a running writer, or
@@ -149,6 +152,7 @@ func readArchive(ctx context.Context, path string, ms ...*labels.Matcher) (*arch
 			if err != nil {
 				return err
 			}
+			res.Streams += len(streams)
 			for _, st := range streams {
 				segs, err := tx.Segments(src.ID, st)
 				if err != nil {
@@ -159,6 +163,11 @@ func readArchive(ctx context.Context, path string, ms ...*labels.Matcher) (*arch
 					if err != nil {
 						return fmt.Errorf("source %d stream %q segment %d: %w", src.ID, st, seg.Seq, err)
 					}
+					n := 0
+					for _, s := range ss {
+						n += len(s.Samples)
+					}
+					res.MostInASegment = max(res.MostInASegment, n)
 					add(ss)
 				}
 				res.Segments += len(segs)

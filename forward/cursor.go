@@ -38,10 +38,10 @@ import (
 //	   The forwarder stages h before it dispatches past it and waits for
 //	   the commit, so after a kill -9 the items between p and h are
 //	   exactly those that may have been sent and are sent again (counted
-//	   as resent). h - p is bounded by two and a half of the upstream's
-//	   windows (h up to a window and a half ahead of the stream's
-//	   dispatch, the dispatch up to one ahead of p), and what was
-//	   acknowledged since the last commit.
+//	   as resent). h - p is about two and a half of the upstream's
+//	   windows (h a window and a half ahead of the stream's dispatch, the
+//	   dispatch up to one ahead of p), and what was acknowledged since
+//	   the last commit.
 //	e  when p is inside an epoch of format-2 rows: the ts of the epoch's
 //	   first row, from which a restart reads rows again to learn the
 //	   series the later rows refer to (the prune keeps them: KeepWAL).

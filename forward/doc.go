@@ -22,15 +22,17 @@
 // position, is committed before anything past it is dispatched. After a
 // kill -9 the forwarder resumes at p; what lies between p and h is what
 // may have been sent already: it is sent again and counted as resent.
-// Each stream's h runs up to a window and a half (Shards x Capacity items
+// Each stream's h runs about a window and a half (Shards x Capacity items
 // a window) ahead of that stream's dispatch: the next window is staged
-// once half the last is sent, so that its commit overlaps the sending.
-// Dispatched items are at most one window ahead of p, so a kill -9 makes
-// an upstream receive at most a window again (what was in flight) and
-// what was acknowledged since the cursor's last commit, and the forwarder
-// counts at most that and what each stream's h ran ahead as resent: with
-// a backlog of many streams dispatched in turn, a window and a half for
-// each.
+// once half the last is sent, so that its commit overlaps the sending
+// (over rows read ahead, their items are estimated by the upstream's
+// average row, so a stream of larger rows runs further).
+// At most a window is in flight, so a kill -9 makes an upstream receive
+// again what was in flight, what one shard had acknowledged past another's
+// unfinished batch (p is their low-water mark), and what was acknowledged
+// since the cursor's last commit; the forwarder counts that and what each
+// stream's h ran ahead as resent: with a backlog of many streams
+// dispatched in turn, about a window and a half for each.
 //
 // The count covers every duplicate only if a restart finds the units the
 // cursor names as the previous process read them. So the floors the
