@@ -114,6 +114,30 @@ func (api *API) Register(r chi.Router) {
 	}
 	r.Get("/api/v1/metadata", api.wrap(dataOnly(api.metadata)))
 	r.Get("/api/v1/status/buildinfo", api.wrap(dataOnly(api.buildInfo)))
+	for _, m := range []string{http.MethodGet, http.MethodPost} {
+		r.MethodFunc(m, "/api/v1/format_query", api.wrap(dataOnly(api.formatQuery)))
+	}
+	// dendro-receiver evaluates no recording or alerting rules, so it has
+	// none to list; an empty answer, as a Prometheus without rule files
+	// gives, rather than a 404 that Grafana's alert list shows as an error
+	// of the data source.
+	r.Get("/api/v1/rules", api.wrap(dataOnly(constData(`{"groups":[]}`))))
+	r.Get("/api/v1/alerts", api.wrap(dataOnly(constData(`{"alerts":[]}`))))
+}
+
+// constData answers the same data every time.
+func constData(data string) dataFunc {
+	return func(context.Context, *http.Request) ([]byte, error) { return []byte(data), nil }
+}
+
+// formatQuery is Prometheus's /api/v1/format_query: the expression
+// pretty-printed (Grafana's query editor may ask for it).
+func (api *API) formatQuery(_ context.Context, r *http.Request) ([]byte, error) {
+	expr, err := api.parser.ParseExpr(r.Form.Get("query"))
+	if err != nil {
+		return nil, badRequest("invalid parameter \"query\": %v", err)
+	}
+	return appendJSONString(nil, expr.Pretty(0)), nil
 }
 
 // Handler returns the endpoints as an http.Handler.

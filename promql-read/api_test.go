@@ -84,6 +84,10 @@ func TestHTTPAPIShapes(t *testing.T) {
 		{"bad query", "/query", url.Values{"query": {`rate(`}}, 400, "", []string{`"errorType":"bad_data"`}},
 		{"bad step", "/query_range", url.Values{"query": {`1`}, "start": {"0"}, "end": {"10"}, "step": {"0"}}, 400, "", []string{`"errorType":"bad_data"`}},
 		{"bad time", "/query", url.Values{"query": {`1`}, "time": {"yesterday"}}, 400, "", []string{`"errorType":"bad_data"`}},
+		{"format query", "/format_query", url.Values{"query": {`sum   by(job)(rate(http_requests_total{job="api"}[5m]))`}}, 200,
+			`{"status":"success","data":"sum by (job) (rate(http_requests_total{job=\"api\"}[5m]))"}`, nil},
+		{"format bad query", "/format_query", url.Values{"query": {`sum(`}}, 400, "",
+			[]string{`"errorType":"bad_data"`, `invalid parameter \"query\"`}},
 	}
 	for _, c := range cases {
 		for _, method := range []string{http.MethodGet, http.MethodPost} {
@@ -108,6 +112,16 @@ func TestHTTPAPIShapes(t *testing.T) {
 	status, m, _ := getJSON(t, http.MethodGet, api+"/status/buildinfo", nil)
 	if d, _ := m["data"].(map[string]any); status != 200 || d["version"] != DefaultVersion {
 		t.Fatalf("buildinfo: %d %v", status, m)
+	}
+	// No rules are evaluated: empty lists, as from a Prometheus without
+	// rule files.
+	for path, want := range map[string]string{
+		"/rules":  `{"status":"success","data":{"groups":[]}}`,
+		"/alerts": `{"status":"success","data":{"alerts":[]}}`,
+	} {
+		if status, _, body := getJSON(t, http.MethodGet, api+path, nil); status != 200 || body != want {
+			t.Fatalf("%s: %d %s, want %s", path, status, body, want)
+		}
 	}
 }
 
