@@ -671,8 +671,11 @@ func TestForwardSurvivesKill9DrainingABacklog(t *testing.T) {
 	r := resentNow()
 	resent, most = resent+r, max(most, r)
 	_, dups := up.snapshot()
+	// Segments read whole because the rows a cursor was in were gone
+	// (forward's upstream logs each).
+	whole := logLines(t, logDir, "the unit the cursor was inside is gone")
 	t.Logf("%d samples in %d streams (at most %d in a segment); %d kills while draining; the upstream got %d twice; the forwarders counted %.0f resent (at most %.0f by one process); %d segments read whole",
-		total, held.Streams, held.MostInASegment, kills, dups, resent, most, logLines(t, logDir, "the unit the cursor was inside is gone"))
+		total, held.Streams, held.MostInASegment, kills, dups, resent, most, whole)
 	if float64(dups) > resent {
 		t.Errorf("%d duplicates but only %.0f counted as resent", dups, resent)
 	}
@@ -685,7 +688,6 @@ func TestForwardSurvivesKill9DrainingABacklog(t *testing.T) {
 	// such rows go, and compactions may have merged their segment with
 	// others: each such read may add the largest segment.
 	const window = 2 * forwardDefaultCapacity
-	whole := logLines(t, logDir, "the unit the cursor was inside is gone")
 	if limit := kills*2*window + whole*held.MostInASegment; dups > limit {
 		t.Errorf("%d duplicates over %d kills and %d segments read whole: more than two windows each and the segments (%d)",
 			dups, kills, whole, limit)
