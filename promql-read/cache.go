@@ -39,6 +39,7 @@ const (
 	kindMetadata
 	kindLayout // a segment's promsample.SegmentLayout
 	kindPage   // a verified page of a segment (segpages.go)
+	kindSeries // one series' samples in a segment (segseries.go; off: its position)
 )
 
 // cache is a byte-bounded LRU of immutable values. Values are shared by

@@ -53,7 +53,8 @@
 //
 // The cache (Options.CacheBytes, an LRU bounded by the entries' real
 // sizes) holds only what cannot change: a sealed segment's directory,
-// layout, metadata and lone series' pages, keyed by source, stream, seq,
+// layout, metadata and lone series' pages and decoded samples
+// (segseries.go), keyed by source, stream, seq,
 // rows, receipt span and size
 // (compaction reuses a seq for the merged segment). The catalog answers a
 // question needs (sources, the stream's segments, its live span) are

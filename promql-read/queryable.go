@@ -54,8 +54,8 @@ func NewQueryable(a *archive.Archive, opts Options) (*Queryable, error) {
 // layouts and metadata (7/8 of Options.CacheBytes).
 func (q *Queryable) CacheStats() CacheStats { return q.s.cache.stats() }
 
-// PageCacheStats describes the cache of lone series' pages (the other
-// 1/8 of Options.CacheBytes; segpages.go).
+// PageCacheStats describes the cache of lone series' pages and samples
+// (the other 1/8 of Options.CacheBytes; segpages.go, segseries.go).
 func (q *Queryable) PageCacheStats() CacheStats { return q.s.pages.stats() }
 
 // Querier returns a querier over [mint, maxt] (Unix ms, inclusive). It

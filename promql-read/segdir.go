@@ -245,17 +245,38 @@ func (s *store) readSegment(tx *archive.ReadTx, id segmentID, m archive.StreamSe
 			}
 			hi++
 		}
+		// A lone series and a short run keep their pages (segpages.go,
+		// keepRunRows) and their samples (segseries.go); a long run
+		// keeps neither, so a scan of a metric does not fill the cache.
+		first, _ := sr.SeriesRows(ws[lo].ord)
+		_, last := sr.SeriesRows(ws[hi-1].ord)
+		keep := hi-lo == 1 || last-first <= keepRunRows
+		if keep {
+			done, err := s.addKept(id, ws[lo:hi], p, add)
+			if err != nil {
+				return err
+			}
+			if done {
+				lo = hi
+				continue
+			}
+		}
+		// What is kept is all of a series, so it is read over all time
+		// and cut to the question's range here.
+		mint, maxt := p.mint, p.maxt
+		if keep {
+			mint, maxt = allMinT, allMaxT
+		}
 		if hi-lo == 1 {
 			sm.Samples, sm.Histograms = sm.Samples[:0], sm.Histograms[:0]
-			// A lone series' pages are kept (segpages.go); a run's
-			// are not, so a scan of a metric does not fill the cache.
 			pages.keep = true
-			err := sr.ReadSeries(ws[lo].ord, p.mint, p.maxt, &sm)
+			err := sr.ReadSeries(ws[lo].ord, mint, maxt, &sm)
 			pages.keep = false
 			if err != nil {
 				return fmt.Errorf("segment %d: %w", id.seq, err)
 			}
-			if err := add(ws[lo].ref, &sm); err != nil {
+			s.keep(id, ws[lo].ord, &sm)
+			if err := add(ws[lo].ref, inRange(&sm, p.mint, p.maxt)); err != nil {
 				return err
 			}
 		} else {
@@ -265,12 +286,14 @@ func (s *store) readSegment(tx *archive.ReadTx, id segmentID, m archive.StreamSe
 				ords[k] = w.ord
 				refOf[w.ord] = w.ref
 			}
-			// A short run keeps its pages as a lone series does
-			// (segpages.go, keepRunRows); a long one keeps none.
-			first, _ := sr.SeriesRows(ws[lo].ord)
-			_, last := sr.SeriesRows(ws[hi-1].ord)
-			pages.keep = last-first <= keepRunRows
-			err := sr.ReadRun(ords, p.mint, p.maxt, func(o int, sm *promsample.Series) error { return add(refOf[o], sm) })
+			pages.keep = keep
+			err := sr.ReadRun(ords, mint, maxt, func(o int, sm *promsample.Series) error {
+				if !keep {
+					return add(refOf[o], sm)
+				}
+				s.keep(id, o, sm)
+				return add(refOf[o], inRange(sm, p.mint, p.maxt))
+			})
 			pages.keep = false
 			if err != nil {
 				return fmt.Errorf("segment %d: %w", id.seq, err)

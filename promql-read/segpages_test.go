@@ -109,6 +109,11 @@ func TestShortRunsKeepTheirPages(t *testing.T) {
 	if got := q.s.blobsOpened.Load(); got != opened {
 		t.Fatalf("asked again: %d BLOBs opened in all, want %d", got, opened)
 	}
+	// Their samples were kept too (segseries.go): every series of the run,
+	// in both segments.
+	if got := q.s.seriesKept.Load(); got != 2*perGroup {
+		t.Fatalf("asked again: %d series answered from kept samples, want %d", got, 2*perGroup)
+	}
 
 	// Half the groups: one run of ~20,000 rows a segment, over keepRunRows.
 	if rows := groups / 2 * perGroup * samples; rows <= keepRunRows {
@@ -122,8 +127,8 @@ func TestShortRunsKeepTheirPages(t *testing.T) {
 	if len(got) != groups/2*perGroup {
 		t.Fatalf("half the groups: %d series, want %d", len(got), groups/2*perGroup)
 	}
-	if n := entries(fresh.s.pages, kindPage); n != 0 {
-		t.Fatalf("a long run kept %d pages", n)
+	if n, k := entries(fresh.s.pages, kindPage), entries(fresh.s.pages, kindSeries); n != 0 || k != 0 {
+		t.Fatalf("a long run kept %d pages and %d series", n, k)
 	}
 }
 

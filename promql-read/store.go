@@ -42,8 +42,9 @@ type store struct {
 	// par is how answers are decoded and encoded on several goroutines.
 	par parallelism
 	// segmentsRead counts the segments whose pages a Select read, and
-	// blobsOpened the BLOBs it opened to read them (tests).
-	segmentsRead, blobsOpened atomic.Int64
+	// blobsOpened the BLOBs it opened to read them; seriesKept the series
+	// answered from their kept samples (segseries.go). For tests.
+	segmentsRead, blobsOpened, seriesKept atomic.Int64
 }
 
 // series is one series of an answer. Its slices may be shared with the

@@ -179,7 +179,7 @@ func (c *memoryCollector) Collect(ch chan<- prometheus.Metric) {
 
 // queryCacheCollector reports promql-read's segment caches: the one of
 // segments' directories, layouts and metadata, and the one of lone series'
-// pages (together --query.cache-bytes), so that an operator can see what
+// pages and samples (together --query.cache-bytes), so that an operator can see what
 // the reads hold of the memory budget and how often they find it.
 type queryCacheCollector struct {
 	q                                   *promread.Queryable
@@ -191,7 +191,7 @@ func newQueryCacheCollector(q *promread.Queryable) *queryCacheCollector {
 		return prometheus.NewDesc("dendro_query_cache_"+name, help, []string{"cache"}, nil)
 	}
 	return &queryCacheCollector{q: q,
-		bytes:   d("bytes", "Bytes the read caches hold (cache=segments: directories, layouts and metadata; cache=pages: lone series' pages)."),
+		bytes:   d("bytes", "Bytes the read caches hold (cache=segments: directories, layouts and metadata; cache=pages: lone series' pages and decoded samples)."),
 		limit:   d("limit_bytes", "What each read cache may hold; together --query.cache-bytes."),
 		entries: d("entries", "Entries in each read cache."),
 		hits:    d("hits_total", "Lookups each read cache answered."),

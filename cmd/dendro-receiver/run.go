@@ -145,7 +145,7 @@ func parseFlags(args []string, stdout io.Writer) (*config, bool, error) {
 		Default(fmt.Sprint(promread.DefaultMaxConcurrency)).IntVar(&c.queryMaxConc)
 	app.Flag("query.timeout", "Longest a query or remote-read request may run.").Default("2m").
 		SetValue(named("query.timeout", &c.queryTimeout))
-	app.Flag("query.cache-bytes", "Memory for caching what reads need of immutable segments between queries, an eighth of it for the pages of series read one at a time (0: an eighth of what reads may hold under --memory.limit, at least 64MiB; at most half of it).").
+	app.Flag("query.cache-bytes", "Memory for caching what reads need of immutable segments between queries, an eighth of it for the pages and samples of series read one at a time (0: an eighth of what reads may hold under --memory.limit, at least 64MiB; at most half of it).").
 		Default("0").SetValue(named("query.cache-bytes", (*bytesValue)(&c.queryCache)))
 	app.Flag("query.warm-window", "At start, index the segments received within this long of the newest before reporting ready, and older history after (a query reaching it first indexes what it needs); 0: all before ready.").
 		Default("1h").SetValue(named("query.warm-window", &c.queryWarmWindow))
