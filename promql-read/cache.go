@@ -40,6 +40,7 @@ const (
 	kindLayout // a segment's promsample.SegmentLayout
 	kindPage   // a verified page of a segment (segpages.go)
 	kindSeries // one series' samples in a segment (segseries.go; off: its position)
+	kindTable  // a hashTable directories share (segdir.go; off, sum: its size and fingerprint)
 )
 
 // cache is a byte-bounded LRU of immutable values. Values are shared by

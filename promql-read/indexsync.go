@@ -231,7 +231,7 @@ func (s *store) indexSegment(tx *archive.ReadTx, ti *tableIndexer, id segmentID,
 		if err != nil {
 			return segSpan{}, err
 		}
-		d := newSegDir(&x)
+		d := s.newDir(&x, true)
 		s.cache.put(cacheKey{seg: id, kind: kindDir}, d, d.bytes)
 		return spanOf(&x), nil
 	}
@@ -257,7 +257,7 @@ func (s *store) indexLegacy(tx *archive.ReadTx, id segmentID, raw []byte, loc se
 		ref, _ := s.x.Add(sr.Labels)
 		s.x.Observe(ref, loc, x.MinT, x.MaxT, id.lastTS)
 	}
-	s.cache.put(cacheKey{seg: id, kind: kindDir}, newSegDir(&x), 256)
+	s.cache.put(cacheKey{seg: id, kind: kindDir}, s.newDir(&x, true), 256)
 	return spanOf(&x), nil
 }
 
@@ -644,7 +644,7 @@ func (s *store) indexJobs(ctx context.Context, tx *archive.ReadTx, todo []indexJ
 					}
 					continue
 				}
-				d := newSegDir(&x)
+				d := s.newDir(&x, evict)
 				if evict {
 					s.cache.put(cacheKey{seg: j.id, kind: kindDir}, d, d.bytes)
 				} else {
