@@ -39,7 +39,7 @@ type SegmentLayout struct {
 	pidxAt int64
 	cols   *segmentColumns
 	rgEnd  []int64   // end row of each row group
-	starts []int64   // the series table's row starts, and the total
+	starts rowStarts // the series table's row starts
 	pages  []pageLoc // every page of the paged columns, by offset
 }
 
@@ -98,7 +98,7 @@ func OpenSegmentLayout(r io.ReaderAt, size int64, x *Index) (_ *SegmentLayout, e
 	if xxhash.Sum64(pidx) != x.PageIndexSum {
 		return nil, corruptSegment("page index checksum", nil)
 	}
-	l := &SegmentLayout{x: x, size: size, md: md, pidx: pidx, pidxAt: chunksEnd, starts: x.Table.RowStarts()}
+	l := &SegmentLayout{x: x, size: size, md: md, pidx: pidx, pidxAt: chunksEnd, starts: newRowStarts(x.Table.Rows)}
 	var end int64
 	for i, g := range x.RowGroups {
 		if n := f.RowGroup(i).NumRows(); n != g.Rows || n > MaxRowGroupRows || n < 0 {
@@ -107,8 +107,8 @@ func OpenSegmentLayout(r io.ReaderAt, size int64, x *Index) (_ *SegmentLayout, e
 		end += g.Rows
 		l.rgEnd = append(l.rgEnd, end)
 	}
-	if l.starts[len(l.starts)-1] != end {
-		return nil, corruptSegment(fmt.Sprintf("series table holds %d rows, the file %d", l.starts[len(l.starts)-1], end), nil)
+	if l.starts.total() != end {
+		return nil, corruptSegment(fmt.Sprintf("series table holds %d rows, the file %d", l.starts.total(), end), nil)
 	}
 	if l.cols, err = (&segmentFile{r: f}).columns(); err != nil {
 		return nil, err
@@ -175,7 +175,7 @@ func (l *SegmentLayout) Index() *Index { return l.x }
 // parsed footer is counted at four times its encoded size (thrift structs
 // and the wrappers around them).
 func (l *SegmentLayout) Bytes() int64 {
-	return 512 + 4*int64(l.md.Size()) + int64(len(l.pidx)) + 8*int64(len(l.rgEnd)+len(l.starts)) + 24*int64(len(l.pages))
+	return 512 + 4*int64(l.md.Size()) + int64(len(l.pidx)) + 8*int64(len(l.rgEnd)) + l.starts.bytes() + 24*int64(len(l.pages))
 }
 
 // NewReader returns a reader of the segment through r, which must read the

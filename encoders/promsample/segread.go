@@ -30,8 +30,8 @@ type SegmentReader struct {
 	f      *file.Reader
 	vr     *verifiedReader
 	cols   *segmentColumns
-	rgEnd  []int64 // end row of each row group (the layout's)
-	starts []int64 // the series table's row starts (the layout's)
+	rgEnd  []int64   // end row of each row group (the layout's)
+	starts rowStarts // the series table's row starts (the layout's)
 	// per row group, the readers of the paged columns, made on first use
 	rg   int
 	rgr  *file.RowGroupReader
@@ -66,7 +66,7 @@ func (sr *SegmentReader) Index() *Index { return sr.x }
 
 // SeriesRows returns the rows [from, to) series i of the index's table
 // occupies.
-func (sr *SegmentReader) SeriesRows(i int) (from, to int64) { return sr.starts[i], sr.starts[i+1] }
+func (sr *SegmentReader) SeriesRows(i int) (from, to int64) { return sr.starts.span(i) }
 
 // ReadSeries reads series i of the index's table (its float samples and
 // histograms; exemplars live in the footer, see ReadSegment) and appends
@@ -74,10 +74,10 @@ func (sr *SegmentReader) SeriesRows(i int) (from, to int64) { return sr.starts[i
 // ascending i for the column readers to move forward only.
 func (sr *SegmentReader) ReadSeries(i int, mint, maxt int64, s *Series) (err error) {
 	defer recoverCorrupt(&err)
-	if i < 0 || i >= len(sr.starts)-1 {
-		return fmt.Errorf("promsample: series %d of %d", i, len(sr.starts)-1)
+	if i < 0 || i >= sr.starts.series() {
+		return fmt.Errorf("promsample: series %d of %d", i, sr.starts.series())
 	}
-	from, to := sr.starts[i], sr.starts[i+1]
+	from, to := sr.starts.span(i)
 	for from < to {
 		g := sort.Search(len(sr.rgEnd), func(k int) bool { return sr.rgEnd[k] > from })
 		if g == len(sr.rgEnd) {
@@ -134,11 +134,12 @@ func (sr *SegmentReader) ReadRun(ords []int, mint, maxt int64, fn func(ord int, 
 		return nil
 	}
 	for _, o := range ords {
-		if o < 0 || o >= len(sr.starts)-1 {
-			return fmt.Errorf("promsample: series %d of %d", o, len(sr.starts)-1)
+		if o < 0 || o >= sr.starts.series() {
+			return fmt.Errorf("promsample: series %d of %d", o, sr.starts.series())
 		}
 	}
-	from, to := sr.starts[ords[0]], sr.starts[ords[len(ords)-1]+1]
+	from := sr.starts.at(ords[0])
+	_, to := sr.starts.span(ords[len(ords)-1])
 	var cur Series
 	k := 0
 	for pos := from; pos < to; {
@@ -154,7 +155,7 @@ func (sr *SegmentReader) ReadRun(ords []int, mint, maxt int64, fn func(ord int, 
 		}
 		for k < len(ords) {
 			o := ords[k]
-			a, b := sr.starts[o], sr.starts[o+1]
+			a, b := sr.starts.span(o)
 			if a >= end {
 				break
 			}

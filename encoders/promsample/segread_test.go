@@ -340,7 +340,7 @@ func TestSegmentReaderSkipsColumnsTheRowsDoNotUse(t *testing.T) {
 		if sr.ival != nil || sr.div != nil || sr.hist != nil {
 			t.Errorf("series %d: made readers of columns a float series does not use", i)
 		}
-		start := intStart(l.starts[i])
+		start := intStart(l.starts.at(i))
 		if got := fr.end.Load(); got > start {
 			t.Errorf("series %d: read up to byte %d, past the start of %s at %d (segment %d bytes)", i, got, ColInt, start, len(seg.Bytes))
 		}
