@@ -81,6 +81,18 @@ func (c *cache) get(k cacheKey) (any, bool) {
 	return e.Value.(*cacheEntry).value, true
 }
 
+// touch marks k as just used, if it is held, without counting a lookup.
+func (c *cache) touch(k cacheKey) {
+	if c == nil || c.maxBytes <= 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.items[k]; ok {
+		c.ll.MoveToFront(e)
+	}
+}
+
 // put stores v of the given estimated size, evicting the least recently
 // used values to make room. A value bigger than half the budget is not
 // kept: it would evict everything for one question.

@@ -231,8 +231,7 @@ func (s *store) indexSegment(tx *archive.ReadTx, ti *tableIndexer, id segmentID,
 		if err != nil {
 			return segSpan{}, err
 		}
-		d := s.newDir(&x, true)
-		s.cache.put(cacheKey{seg: id, kind: kindDir}, d, d.bytes)
+		s.putDir(id, s.newDir(&x, true), true)
 		return spanOf(&x), nil
 	}
 	return s.indexLegacy(tx, id, raw, loc)
@@ -257,7 +256,7 @@ func (s *store) indexLegacy(tx *archive.ReadTx, id segmentID, raw []byte, loc se
 		ref, _ := s.x.Add(sr.Labels)
 		s.x.Observe(ref, loc, x.MinT, x.MaxT, id.lastTS)
 	}
-	s.cache.put(cacheKey{seg: id, kind: kindDir}, s.newDir(&x, true), 256)
+	s.putDir(id, s.newDir(&x, true), true)
 	return spanOf(&x), nil
 }
 
@@ -644,12 +643,7 @@ func (s *store) indexJobs(ctx context.Context, tx *archive.ReadTx, todo []indexJ
 					}
 					continue
 				}
-				d := s.newDir(&x, evict)
-				if evict {
-					s.cache.put(cacheKey{seg: j.id, kind: kindDir}, d, d.bytes)
-				} else {
-					s.cache.putIfFree(cacheKey{seg: j.id, kind: kindDir}, d, d.bytes)
-				}
+				s.putDir(j.id, s.newDir(&x, evict), evict)
 				s.idx.mu.Lock()
 				s.idx.indexed(j.k, j.id, spanOf(&x))
 				s.idx.mu.Unlock()

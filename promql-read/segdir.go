@@ -50,12 +50,7 @@ type hashTable struct {
 // ok is false for a segment written before index format 2 (no series
 // table), which is read whole (readWhole).
 func (s *store) dir(tx *archive.ReadTx, id segmentID) (d *segDir, ok bool, err error) {
-	k := cacheKey{seg: id, kind: kindDir}
-	if v, hit := s.cache.get(k); hit {
-		d = v.(*segDir)
-		if d.table != nil {
-			s.cache.get(d.table.key) // kept at least as long as d (hashTable)
-		}
+	if d, hit := s.cachedDir(id); hit {
 		return d, d.x.Table != nil, nil
 	}
 	raw, found, err := tx.SegmentIndex(id.source, id.stream, id.seq)
@@ -70,8 +65,32 @@ func (s *store) dir(tx *archive.ReadTx, id segmentID) (d *segDir, ok bool, err e
 		return nil, false, fmt.Errorf("segment %d index: %w", id.seq, err)
 	}
 	d = s.newDir(&x, true)
-	s.cache.put(k, d, d.bytes)
+	s.putDir(id, d, true)
 	return d, x.Table != nil, nil
+}
+
+// cachedDir returns segment id's directory if the cache holds it, and
+// touches its hashTable (kept at least as long as d: hashTable).
+func (s *store) cachedDir(id segmentID) (*segDir, bool) {
+	v, hit := s.cache.get(cacheKey{seg: id, kind: kindDir})
+	if !hit {
+		return nil, false
+	}
+	d := v.(*segDir)
+	if d.table != nil {
+		s.cache.touch(d.table.key)
+	}
+	return d, true
+}
+
+// putDir caches d as segment id's directory (evicting others if evict,
+// else only where there is room), then touches its hashTable, which
+// must stay at least as recently used as every directory sharing it.
+func (s *store) putDir(id segmentID, d *segDir, evict bool) {
+	s.cache.store(cacheKey{seg: id, kind: kindDir}, d, d.bytes, evict)
+	if d.table != nil {
+		s.cache.touch(d.table.key)
+	}
 }
 
 // layout returns a segment's layout (its footer, page index and row

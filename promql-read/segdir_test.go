@@ -163,3 +163,56 @@ func TestSegDirsShareEqualTables(t *testing.T) {
 		}
 	}
 }
+
+// A shared hashTable stays in the cache as long as any directory using it
+// does: whatever the LRU lets go to make room, it never keeps a directory
+// whose table it dropped (that would hold the table's memory uncounted,
+// and build a second copy for the next equal table). The cache here has
+// room for the table, one directory and one other entry, less a byte, so
+// every store of another entry evicts exactly one: the least recently
+// used, which must be a directory before its table.
+func TestSharedTablesOutliveTheirDirectories(t *testing.T) {
+	const n = 100
+	hs := make([]uint64, n)
+	for i := range hs {
+		hs[i] = uint64(i)*0x9e3779b97f4a7c15 + 7
+	}
+	dirFor := func(s *store) *segDir {
+		tab := &promsample.SeriesTable{Rows: make([]uint32, n), Hashes: slices.Clone(hs)}
+		return s.newDir(&promsample.Index{Table: tab}, true)
+	}
+	probe := dirFor(&store{cache: newCache(0)}) // its table is its own: sizes
+	tb, db := probe.table.bytes, probe.bytes-probe.table.bytes
+	other := tb + db // an entry as large as both, at most half the cache
+	s := &store{cache: newCache(tb + db + other + 3*128 - 1)}
+	check := func(what string) {
+		t.Helper()
+		s.cache.mu.Lock()
+		defer s.cache.mu.Unlock()
+		for _, e := range s.cache.items {
+			if d, ok := e.Value.(*cacheEntry).value.(*segDir); ok {
+				if _, held := s.cache.items[d.table.key]; !held {
+					t.Fatalf("%s: a directory is cached without its shared table", what)
+				}
+			}
+		}
+	}
+	for step := range 20 {
+		id := segmentID{stream: "s", seq: int64(step)}
+		d := dirFor(s)
+		if d.bytes != db {
+			t.Fatalf("step %d: the directory counts %d bytes, want %d (its table stored apart)", step, d.bytes, db)
+		}
+		s.putDir(id, d, true)
+		s.cache.put(cacheKey{kind: kindPage, off: int64(2 * step)}, []byte{}, other)
+		check(fmt.Sprintf("step %d, a directory stored", step))
+		// The directory built again (the cache let it go), asked again,
+		// then another entry stored.
+		s.putDir(id, dirFor(s), true)
+		if _, ok := s.cachedDir(id); !ok {
+			t.Fatalf("step %d: the directory just stored is not cached", step)
+		}
+		s.cache.put(cacheKey{kind: kindPage, off: int64(2*step + 1)}, []byte{}, other)
+		check(fmt.Sprintf("step %d, a directory asked again", step))
+	}
+}

@@ -202,16 +202,25 @@ func TestWarmKeepsTheNewestDirectories(t *testing.T) {
 	if _, err := big.s.warmSegments(context.Background(), 0); err != nil {
 		t.Fatal(err)
 	}
-	// Room for the directories of the two newest rounds.
+	// Room for the directories of the two newest rounds, and the hash
+	// table each stream's directories share (segdir.go).
 	var budget int64
+	tables := map[*hashTable]bool{}
 	for i, id := range ids {
 		v, ok := big.s.cache.get(cacheKey{seg: id, kind: kindDir})
 		if !ok {
 			t.Fatalf("default cache: no directory for segment %d", i)
 		}
-		if i%rounds >= rounds-2 {
-			budget += v.(*segDir).bytes + 128
+		if d := v.(*segDir); i%rounds >= rounds-2 {
+			budget += d.bytes + 128
+			if !tables[d.table] {
+				tables[d.table] = true
+				budget += d.table.bytes + 128
+			}
 		}
+	}
+	if len(tables) != len(names) {
+		t.Fatalf("%d hash tables for %d streams of equal tables", len(tables), len(names))
 	}
 	q := withCache(t, f, budget+64)
 	// One worker: directories go into the cache in the order they were
