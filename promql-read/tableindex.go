@@ -47,7 +47,7 @@ type tableIndexer struct {
 
 // lastTable is what a tableIndexer keeps of a stream's last table.
 type lastTable struct {
-	hashes []uint64 // shared with the table's directory, never written
+	hashes []uint64 // the table's, as parsed; never written
 	refs   []seriesindex.Ref
 	at     time.Time // when its Refs were found
 }
@@ -108,9 +108,9 @@ func (ti *tableIndexer) index(raw []byte, loc seriesindex.Loc, recv int64) (prom
 	for _, r := range ti.refs {
 		ti.x.Observe(r, loc, x.MinT, x.MaxT, recv)
 	}
-	// The table's hashes are kept by its directory and never written, so
-	// they are shared, not copied; the Refs are swapped with the last
-	// table's buffer.
+	// The table's hashes are never written, so they are kept, not copied
+	// (its directory holds them, or an equal table's instead: newDir);
+	// the Refs are swapped with the last table's buffer.
 	lt := ti.prev
 	if lt == nil {
 		lt = &lastTable{}
