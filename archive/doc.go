@@ -74,7 +74,10 @@
 // slower than those written after it. Placement also gives way when the
 // free list is long (a 1 M-series memtable's pruned rows), so readers see
 // the file through a memory map (ReadOptions.MapBytes): a scattered link
-// then costs a pointer, not a read call and a page copy.
+// then costs a pointer, not a read call and a page copy. SQLite drops a
+// connection's map whenever its next snapshot finds new commits, so while
+// the writer commits, a connection reads through its page cache instead
+// (readmap.go).
 //
 // Ordering with the writer: AppendQueued returns once the writer's channel
 // took a tick, before its commit, so a caller can order its own next

@@ -47,3 +47,8 @@ func IdleBlobBufsForTest(a *Archive) (idle int, closed bool) {
 	defer a.blobBufs.mu.Unlock()
 	return len(a.blobBufs.idle), a.blobBufs.closed
 }
+
+// MapSizeForTest reads the memory map size of the connection tx runs on.
+func MapSizeForTest(tx *ReadTx) (int64, error) {
+	return pragmaInt(tx.ctx, tx.q, "mmap_size")
+}

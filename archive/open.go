@@ -29,6 +29,9 @@ type Archive struct {
 	uuidColumn columnCache
 	// blobBufs are the C buffers segment reads go through (blob.go).
 	blobBufs blobBufs
+	// maps turns each connection's memory map off while the file is
+	// being written and on while it is quiet (readmap.go).
+	maps *mapSwitch
 }
 
 // ReadOptions configures a read handle (OpenWithOptions). The zero value
@@ -88,7 +91,9 @@ const (
 	// What it costs: the pages a read touched count in the process's RSS
 	// (as file-backed memory the kernel may drop, not heap), and an I/O
 	// error under the map is a SIGBUS, not an error return. Writes never go
-	// through it: the writer's connection has no map.
+	// through it: the writer's connection has no map. A map lasts only
+	// while nobody commits, so a connection whose last snapshot found new
+	// commits reads without it (readmap.go).
 	DefaultReadMapBytes = 2 << 30
 )
 
@@ -173,7 +178,12 @@ func openRead(path string, immutable bool, opts ReadOptions) (*Archive, error) {
 		db.Close()
 		return nil, err
 	}
-	return &Archive{path: path, db: db, immutable: immutable}, nil
+	a := &Archive{path: path, db: db, immutable: immutable}
+	if !immutable && opts.MapBytes > 0 {
+		// Immutable files never change: their maps never drop.
+		a.maps = &mapSwitch{bytes: opts.MapBytes}
+	}
+	return a, nil
 }
 
 // Path is the archive's file name.

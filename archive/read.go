@@ -71,6 +71,11 @@ type ReadTx struct {
 	// bufs is the handle's pool of their C buffers; nil (a transaction of
 	// the writer's) allocates one per segment opened.
 	bufs *blobBufs
+	// version is the snapshot's data_version once asked (dataVersion).
+	version struct {
+		v     int64
+		known bool
+	}
 }
 
 // columnCache remembers the answer to one "does this column exist"
@@ -106,6 +111,10 @@ func (a *Archive) View(ctx context.Context, fn func(tx *ReadTx) error) (err erro
 		return err
 	}
 	defer release()
+	st, err := a.maps.before(ctx, conn) // nil: the map never switches
+	if err != nil {
+		return err
+	}
 	if _, err := conn.ExecContext(ctx, "BEGIN DEFERRED"); err != nil {
 		return sqlErr("archive: begin snapshot", err)
 	}
@@ -119,6 +128,15 @@ func (a *Archive) View(ctx context.Context, fn func(tx *ReadTx) error) (err erro
 			err = sqlErr("archive: end snapshot", rerr)
 		}
 	}()
+	if st != nil {
+		// The snapshot begins here (the first statement after BEGIN
+		// DEFERRED), and what it finds decides the connection's next map.
+		v, err := tx.dataVersion()
+		if err != nil {
+			return err
+		}
+		st.saw(v)
+	}
 	return fn(tx)
 }
 
@@ -349,15 +367,28 @@ func (tx *ReadTx) Version() (v SnapshotVersion, ok bool, err error) {
 	if !isConn {
 		return v, false, nil
 	}
-	// The pragma runs inside the snapshot (BEGIN DEFERRED): it starts the
-	// read transaction if nothing has yet, so the value is this snapshot's.
-	if err := tx.q.QueryRowContext(tx.ctx, "PRAGMA data_version").Scan(&v.DataVersion); err != nil {
-		return v, false, sqlErr("data_version", err)
+	if v.DataVersion, err = tx.dataVersion(); err != nil {
+		return v, false, err
 	}
 	if err := raw.Raw(func(dc any) error { v.Reader = dc; return nil }); err != nil {
 		return v, false, sqlErr("data_version", err)
 	}
 	return v, v.Reader != nil, nil
+}
+
+// dataVersion is the snapshot's PRAGMA data_version, asked once. The
+// pragma runs inside the snapshot (BEGIN DEFERRED): it starts the read
+// transaction if nothing has yet, so the value is this snapshot's.
+func (tx *ReadTx) dataVersion() (int64, error) {
+	if tx.version.known {
+		return tx.version.v, nil
+	}
+	var v int64
+	if err := tx.q.QueryRowContext(tx.ctx, "PRAGMA data_version").Scan(&v); err != nil {
+		return 0, sqlErr("data_version", err)
+	}
+	tx.version.v, tx.version.known = v, true
+	return v, nil
 }
 
 // Segments returns a stream's segments with their bytes, in seq order. The

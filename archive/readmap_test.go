@@ -123,3 +123,69 @@ func TestReadsThroughTheMapWhileTheFileShrinks(t *testing.T) {
 		t.Fatalf("%d segment reads: the readers did not overlap the shrinking", reads.Load())
 	}
 }
+
+// A connection maps the file while nobody commits and reads it through
+// its page cache while the writer does: each snapshot that finds new
+// commits turns its connection's map off for the next one, and each that
+// finds none turns it back on (readmap.go). Reads give the same bytes
+// either way.
+func TestTheMapFollowsTheWriter(t *testing.T) {
+	ctx := at.Ctx(t)
+	w, s := newSource(t, archive.WriterOptions{})
+	must(t, s.Append(ctx, at.Rows("s", 1)...))
+	sealWait(t, s, "s")
+	must(t, s.Sync(ctx))
+	// One connection, so every snapshot below runs on it.
+	a, err := archive.OpenWithOptions(w.Path(), archive.ReadOptions{MaxConns: 1})
+	must(t, err)
+	defer a.Close()
+	ts := int64(1)
+	for i, step := range []struct {
+		commit bool // the writer commits before the snapshot
+		mapped bool // the snapshot reads through the map
+	}{
+		{false, true}, // a new connection maps the file
+		{true, true},  // this one found a commit: the next is unmapped
+		{true, false},
+		{false, false}, // quiet: the next maps again
+		{false, true},
+		{true, true},
+		{false, false},
+		{false, true},
+	} {
+		if step.commit {
+			ts++
+			must(t, s.Append(ctx, at.Rows("s", ts)...))
+			must(t, s.Sync(ctx))
+		}
+		err := a.View(ctx, func(tx *archive.ReadTx) error {
+			size, err := archive.MapSizeForTest(tx)
+			if err != nil {
+				return err
+			}
+			if got := size > 0; got != step.mapped {
+				t.Errorf("snapshot %d (commit before it: %v): mmap_size %d, want mapped %v", i, step.commit, size, step.mapped)
+			}
+			seg, ok, err := tx.OpenSegment(s.ID(), "s", 0)
+			if err != nil || !ok {
+				return fmt.Errorf("segment 0: %v %v", ok, err)
+			}
+			got := make([]byte, seg.Size())
+			if _, err := seg.ReadAt(got, 0); err != nil && err != io.EOF {
+				return err
+			}
+			if string(got) != "1" {
+				t.Errorf("snapshot %d: segment 0 reads %q, want %q", i, got, "1")
+			}
+			live, err := tx.LiveWAL(s.ID(), "s")
+			if err != nil {
+				return err
+			}
+			if int64(len(live)) != ts-1 {
+				t.Errorf("snapshot %d: %d live rows, want %d", i, len(live), ts-1)
+			}
+			return nil
+		})
+		must(t, err)
+	}
+}
