@@ -52,3 +52,24 @@ func IdleBlobBufsForTest(a *Archive) (idle int, closed bool) {
 func MapSizeForTest(tx *ReadTx) (int64, error) {
 	return pragmaInt(tx.ctx, tx.q, "mmap_size")
 }
+
+// StreamsPlanForTest returns SQLite's query plan for Streams, one line a
+// step.
+func StreamsPlanForTest(h *WriteHandle) (string, error) {
+	rows, err := h.conn.QueryContext(context.Background(), "EXPLAIN QUERY PLAN "+streamsSQL, 1)
+	if err != nil {
+		return "", err
+	}
+	defer rows.Close()
+	var b []byte
+	for rows.Next() {
+		var id, parent, notused int
+		var detail string
+		if err := rows.Scan(&id, &parent, &notused, &detail); err != nil {
+			return "", err
+		}
+		b = append(b, detail...)
+		b = append(b, '\n')
+	}
+	return string(b), rows.Err()
+}

@@ -238,10 +238,31 @@ func (tx *ReadTx) sources(where string) ([]SourceInfo, error) {
 
 // Streams is the union of stream names in segments and wal for a source,
 // sorted. This set is the stream list: there is no streams table.
+//
+// It seeks from each name to the next (streamsSQL) instead of reading every
+// row's name: a reader asks for it at every snapshot that finds new commits,
+// and the wal table of a million series holds ~10,000 rows of a handful of
+// streams, whose index entries a plain UNION read on every question.
 func (tx *ReadTx) Streams(source SourceID) ([]string, error) {
-	return tx.strings(`SELECT stream FROM segments WHERE source_id = ?1
-		UNION SELECT stream FROM wal WHERE source_id = ?1 ORDER BY 1`, source)
+	return tx.strings(streamsSQL, source)
 }
+
+// streamsSQL lists a source's distinct stream names by a seek per name:
+// min(stream) above the last one found, on the wal table's primary key and
+// on segments_by_time, both of which lead with (source_id, stream). A
+// scalar min over no rows is NULL, which ends each walk.
+const streamsSQL = `WITH RECURSIVE
+	w(name) AS (
+		SELECT (SELECT min(stream) FROM wal WHERE source_id = ?1)
+		UNION ALL
+		SELECT (SELECT min(stream) FROM wal WHERE source_id = ?1 AND stream > w.name) FROM w WHERE w.name IS NOT NULL),
+	g(name) AS (
+		SELECT (SELECT min(stream) FROM segments WHERE source_id = ?1)
+		UNION ALL
+		SELECT (SELECT min(stream) FROM segments WHERE source_id = ?1 AND stream > g.name) FROM g WHERE g.name IS NOT NULL)
+	SELECT name FROM w WHERE name IS NOT NULL
+	UNION SELECT name FROM g WHERE name IS NOT NULL
+	ORDER BY 1`
 
 func (tx *ReadTx) strings(query string, args ...any) ([]string, error) {
 	rows, err := tx.q.QueryContext(tx.ctx, query, args...)
