@@ -33,11 +33,11 @@ import (
 // Measured at 1 M series under that light ingest (p50 of a repeated
 // one-series query_range, then of 200 series asked once each): over 7.5
 // minutes of data, 2.6-2.8 ms became 1.8-2.2, and 2.8-3.9 ms became
-// 2.5-3.2; over an hour of data, 5.5-5.6 ms became 3.1, and 8.8-9.4 ms
-// became 7.4-8.3. What it gives up is the map's help with a scattered page
-// chain (doc.go): a link costs a read call instead of a fault that mapped
-// its neighbours, and the p90 of the hour's series asked once went from
-// 17-18 ms to 25-26 ms. With nobody writing, nothing changes: the map
+// 2.5-3.2; over an hour of data, 5.5-5.6 ms became 2.9-3.1, and 8.8-9.4
+// ms became 6.8-8.3. What it gives up is the map's help with a scattered
+// page chain (doc.go): a link costs a read call instead of a fault that
+// mapped its neighbours, and the p90 of the hour's series asked once went
+// from 17-18 ms to 20-26 ms. With nobody writing, nothing changes: the map
 // stays on.
 
 // mapSwitch turns the maps of a read handle's connections off and on.
