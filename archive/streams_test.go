@@ -17,7 +17,7 @@ func TestStreamsSeeksToEachName(t *testing.T) {
 		name     string
 		segments []string // a segment in each
 		wal      []string // three rows in each
-		other    []string // wal rows of another source
+		other    []string // a segment and a wal row of each other source
 	}{
 		{name: "empty"},
 		{name: "wal only", wal: []string{"b", "a"}},
@@ -37,9 +37,11 @@ func TestStreamsSeeksToEachName(t *testing.T) {
 			for _, st := range tc.wal {
 				putWAL(t, h, src, st, 10, 11, 12)
 			}
-			for _, st := range tc.other {
-				putWAL(t, h, before, st, 10)
-				putWAL(t, h, after, st, 10)
+			for i, st := range tc.other {
+				for _, o := range []archive.SourceID{before, after} {
+					putSeg(t, h, o, st, int64(i), 1)
+					putWAL(t, h, o, st, 10)
+				}
 			}
 			want := slices.Concat(tc.segments, tc.wal)
 			slices.Sort(want)
