@@ -48,6 +48,9 @@ type SegmentBlob struct {
 	buf *blobBuf // the C memory it reads through
 	// fallback: the whole BLOB
 	data []byte
+	// raw, when set, reads the segment's pages in place without walking
+	// its chain (blobpages.go); h stays open for when that fails.
+	raw *rawSegment
 }
 
 const (
@@ -176,6 +179,7 @@ func (tx *ReadTx) OpenSegment(source SourceID, stream string, seq int64) (b *Seg
 		b.data = data
 	} else {
 		tx.blobs = append(tx.blobs, b)
+		b.useRaw(rowid)
 	}
 	return b, true, nil
 }
@@ -208,7 +212,16 @@ func (tx *ReadTx) OpenListedSegment(source SourceID, m StreamSegment) (b *Segmen
 		return tx.OpenSegment(source, m.Stream, m.Seq)
 	}
 	tx.blobs = append(tx.blobs, b)
+	b.useRaw(m.RowID)
 	return b, true, nil
+}
+
+// useRaw has the handle read rowid's pages in place when its archive
+// keeps chains (a read handle's snapshots do).
+func (b *SegmentBlob) useRaw(rowid int64) {
+	if b.tx.jumps != nil {
+		b.raw = &rawSegment{rowid: rowid}
+	}
 }
 
 // SegmentIndexHead returns the first n bytes (at most 64 KiB) of one
@@ -362,6 +375,12 @@ func (b *SegmentBlob) ReadAt(p []byte, off int64) (int, error) {
 	if !ok {
 		return 0, errors.New("archive: segment blob without a connection")
 	}
+	if b.raw != nil && b.raw.readAt(b.tx, conn, p, off, b.size) {
+		if len(p) < want {
+			return len(p), io.EOF
+		}
+		return len(p), nil
+	}
 	n := 0
 	err := conn.Raw(func(dc any) error {
 		_, tls, ok := blobHandle(dc)
@@ -400,7 +419,7 @@ func (b *SegmentBlob) close(tls *libc.TLS) {
 
 // closeBlobs closes the handles tx opened.
 func (tx *ReadTx) closeBlobs() {
-	if len(tx.blobs) == 0 {
+	if len(tx.blobs) == 0 && tx.pages == nil {
 		return
 	}
 	if conn, ok := tx.q.(*sql.Conn); ok {
@@ -410,9 +429,12 @@ func (tx *ReadTx) closeBlobs() {
 				for _, b := range tx.blobs {
 					b.close(tls)
 				}
+				if tx.pages != nil {
+					tx.pages.close(tls)
+				}
 			}
 			return nil
 		})
 	}
-	tx.blobs = nil
+	tx.blobs, tx.pages = nil, nil
 }

@@ -77,7 +77,12 @@
 // then costs a pointer, not a read call and a page copy. SQLite drops a
 // connection's map whenever its next snapshot finds new commits, so while
 // the writer commits, a connection reads through its page cache instead
-// (readmap.go).
+// (readmap.go). A read handle skips the walk altogether where it can
+// (blobpages.go): it reads the segment's pages itself (sqlite_dbpage),
+// finding each next page as the following one or in a map of the
+// archive's scattered links, and checks every link it uses against the
+// snapshot's auto-vacuum pointer map, so a stale map costs a walk through
+// SQLite, never a wrong byte.
 //
 // Ordering with the writer: AppendQueued returns once the writer's channel
 // took a tick, before its commit, so a caller can order its own next

@@ -73,3 +73,16 @@ func StreamsPlanForTest(h *WriteHandle) (string, error) {
 	}
 	return string(b), rows.Err()
 }
+
+// ReadsInPlaceForTest reports whether b's reads so far went to its pages
+// in place (blobpages.go), not through sqlite3_blob_read.
+func ReadsInPlaceForTest(b *SegmentBlob) bool {
+	return b.raw != nil && b.raw.located && !b.raw.failed
+}
+
+// PageJumpsForTest reports how many scattered links a knows.
+func PageJumpsForTest(a *Archive) int {
+	a.jumps.mu.Lock()
+	defer a.jumps.mu.Unlock()
+	return len(a.jumps.m)
+}

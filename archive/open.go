@@ -32,6 +32,9 @@ type Archive struct {
 	// maps turns each connection's memory map off while the file is
 	// being written and on while it is quiet (readmap.go).
 	maps *mapSwitch
+	// jumps are the scattered links of the segments' page chains
+	// (blobpages.go); nil reads every segment through sqlite3_blob_read.
+	jumps *pageJumps
 }
 
 // ReadOptions configures a read handle (OpenWithOptions). The zero value
@@ -178,7 +181,7 @@ func openRead(path string, immutable bool, opts ReadOptions) (*Archive, error) {
 		db.Close()
 		return nil, err
 	}
-	a := &Archive{path: path, db: db, immutable: immutable}
+	a := &Archive{path: path, db: db, immutable: immutable, jumps: &pageJumps{}}
 	if !immutable && opts.MapBytes > 0 {
 		// Immutable files never change: their maps never drop.
 		a.maps = &mapSwitch{bytes: opts.MapBytes}

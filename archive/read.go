@@ -71,6 +71,12 @@ type ReadTx struct {
 	// bufs is the handle's pool of their C buffers; nil (a transaction of
 	// the writer's) allocates one per segment opened.
 	bufs *blobBufs
+	// jumps, when set, are the handle's scattered chain links, and the
+	// blobs read their pages in place through pages (blobpages.go);
+	// pagesFailed says the snapshot cannot.
+	jumps       *pageJumps
+	pages       *pageReader
+	pagesFailed bool
 	// version is the snapshot's data_version once asked (dataVersion).
 	version struct {
 		v     int64
@@ -118,7 +124,7 @@ func (a *Archive) View(ctx context.Context, fn func(tx *ReadTx) error) (err erro
 	if _, err := conn.ExecContext(ctx, "BEGIN DEFERRED"); err != nil {
 		return sqlErr("archive: begin snapshot", err)
 	}
-	tx := &ReadTx{ctx: ctx, q: conn, hasUUID: &a.uuidColumn, pinned: a.pinned != nil, bufs: &a.blobBufs}
+	tx := &ReadTx{ctx: ctx, q: conn, hasUUID: &a.uuidColumn, pinned: a.pinned != nil, bufs: &a.blobBufs, jumps: a.jumps}
 	defer func() {
 		// Always end the snapshot, even when fn panics; use a fresh context
 		// so a canceled request still releases its snapshot. BLOB handles

@@ -1,0 +1,686 @@
+package archive
+
+import (
+	"context"
+	"database/sql"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+
+	"modernc.org/libc"
+	sqlite3 "modernc.org/sqlite/lib"
+)
+
+// Reading a segment's pages without walking its chain.
+//
+// sqlite3_blob_read at offset X follows the BLOB's overflow-page chain
+// from its first page to X, once per handle, and a question opens a new
+// handle per segment: at a million series a one-series query_range over
+// an hour walked ~37 chains to the middle of their ~8 MB, 0.2 ms each when
+// the pages are consecutive and ~1 ms when they are not (~100 ns and ~450
+// ns a link), which was most of the question (8-33 ms).
+//
+// A pageChains remembers each segment's chain, page numbers only, from one
+// question to the next, and a read in a later snapshot trusts none of it
+// unchecked: it reads the segment's cell from its B-tree leaf in this
+// snapshot (the first overflow page), and checks every link it uses
+// against the auto-vacuum pointer map of this snapshot. SQLite keeps that
+// map exact in every transaction (integrity_check verifies it): the entry
+// of an overflow page names the page whose pointer leads to it, so if the
+// entry of page q says "overflow, after p", then q is p's next page, and a
+// chain whose every link checks out from the cell's first page is the
+// row's chain in this snapshot. One pointer-map page holds the entries of
+// the 819 pages after it, so the check costs a few page reads a segment
+// and a compare a link. A link that fails (the pages were moved by a
+// reclaim, or the row is another segment now) is walked again: the next
+// page guessed as the following one and confirmed in the map, as SQLite
+// does, or read from the page itself.
+//
+// Pages are read with the sqlite_dbpage virtual table, which reads through
+// the connection's pager, so in the snapshot's own version (the main file
+// or the -wal sidecar's frames). The format relied on is SQLite's
+// documented file format (https://www.sqlite.org/fileformat2.html):
+// B-tree pages, cells, records, overflow pages and pointer-map pages. Any
+// page that does not parse as expected ends the in-place path for that
+// segment (errRawPages) and its reads go through sqlite3_blob_read, so a
+// surprise makes a read slower, never wrong; TestRawPagesMatchBlobReads
+// compares the two over consecutive and scattered chains, sidecar frames
+// and reclaims.
+
+// errRawPages: a page did not parse as the file format says; the caller
+// reads through SQLite instead.
+var errRawPages = errors.New("archive: segment pages not as expected")
+
+// jumpScanEvery bounds how often a question rescans the pointer map
+// after it met a link pageJumps does not know (see nextPage).
+const jumpScanEvery = 30 * time.Second
+
+// pageJumps is an Archive's map of the links of its overflow chains that
+// do not go to the following page: page -> next page. It is a hint,
+// checked at every use (see above), built from a scan of the pointer map
+// (scanJumps) when a handle warms up (WarmPageJumps) and again, at most
+// every jumpScanEvery, when a question meets a link it lacks. Its size
+// follows the scattered links, not the archive: ~10 bytes each.
+type pageJumps struct {
+	mu      sync.Mutex
+	m       map[uint32]uint32
+	scanned time.Time
+}
+
+func (j *pageJumps) get(p uint32) (uint32, bool) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	q, ok := j.m[p]
+	return q, ok
+}
+
+// claimScan reports whether the caller may rescan now, and if so marks
+// the scan as done so that others wait for the next turn.
+func (j *pageJumps) claimScan(now time.Time) bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if !j.scanned.IsZero() && now.Sub(j.scanned) < jumpScanEvery {
+		return false
+	}
+	j.scanned = now
+	return true
+}
+
+func (j *pageJumps) set(m map[uint32]uint32) {
+	j.mu.Lock()
+	j.m = m
+	j.mu.Unlock()
+}
+
+// Pointer-map entry types (fileformat2: "Pointer Map or Ptrmap Pages").
+const (
+	ptrmapOverflow1 = 3 // first overflow page; parent: the page of the cell
+	ptrmapOverflow2 = 4 // later overflow page; parent: the page before it
+)
+
+// B-tree page types.
+const (
+	pageInteriorTable = 0x05
+	pageLeafTable     = 0x0d
+)
+
+// pageReader reads raw pages in one snapshot: a prepared statement on
+// sqlite_dbpage, and the pointer-map and interior pages read so far. It
+// belongs to one ReadTx and is finalized before the snapshot ends.
+type pageReader struct {
+	stmt     uintptr
+	size     int    // page size
+	usable   int    // page size less the reserved bytes at each page's end
+	pages    uint32 // the snapshot's page count
+	pending  uint32
+	root     uint32 // the segments table's root page
+	bytesCol int    // the bytes column's position in a segments record
+	ptrmaps  map[uint32][]byte
+	interior map[uint32][]byte
+	buf      []byte
+	scanned  bool // scanJumps ran in this snapshot
+}
+
+// pageGeometry is what a pageReader needs from SQL, asked before the
+// driver's connection is taken (Conn.Raw holds it).
+type pageGeometry struct {
+	root, bytesCol, pageSize, pageCount int64
+}
+
+func (tx *ReadTx) pageGeometry() (pageGeometry, error) {
+	var g pageGeometry
+	err := tx.q.QueryRowContext(tx.ctx, `SELECT
+		(SELECT rootpage FROM sqlite_schema WHERE type = 'table' AND name = 'segments'),
+		(SELECT cid FROM pragma_table_info('segments') WHERE name = 'bytes'),
+		(SELECT page_size FROM pragma_page_size),
+		(SELECT page_count FROM pragma_page_count)`).Scan(&g.root, &g.bytesCol, &g.pageSize, &g.pageCount)
+	if err != nil {
+		return g, fmt.Errorf("%w: %v", errRawPages, err)
+	}
+	return g, nil
+}
+
+// newPageReader prepares the statement and checks the page geometry.
+func newPageReader(tls *libc.TLS, db uintptr, g pageGeometry) (*pageReader, error) {
+	if g.root < 2 || g.root > g.pageCount || g.pageCount > math.MaxInt32 || g.bytesCol < 0 || g.pageSize < 512 || g.pageSize > 65536 {
+		return nil, errRawPages
+	}
+	z, err := libc.CString("SELECT data FROM sqlite_dbpage WHERE pgno = ?1")
+	if err != nil {
+		return nil, err
+	}
+	defer libc.Xfree(tls, z)
+	pp := libc.Xmalloc(tls, 8)
+	if pp == 0 {
+		return nil, errors.New("archive: out of C memory")
+	}
+	defer libc.Xfree(tls, pp)
+	if rc := sqlite3.Xsqlite3_prepare_v2(tls, db, z, -1, pp, 0); rc != sqlite3.SQLITE_OK {
+		return nil, fmt.Errorf("%w: prepare: %v", errRawPages, sqliteCodeError(tls, db, rc))
+	}
+	r := &pageReader{
+		stmt: uintptr(binary.NativeEndian.Uint64(libc.GoBytes(pp, 8))),
+		size: int(g.pageSize), pages: uint32(g.pageCount), root: uint32(g.root), bytesCol: int(g.bytesCol),
+		ptrmaps: map[uint32][]byte{}, interior: map[uint32][]byte{},
+	}
+	// The reserved bytes at the end of every page: byte 20 of the header.
+	p1, err := r.page(tls, 1)
+	if err != nil {
+		r.close(tls)
+		return nil, err
+	}
+	r.usable = r.size - int(p1[20])
+	r.pending = uint32(0x40000000/r.size) + 1 // the page holding the lock byte, never used
+	if r.usable < 480 || binary.BigEndian.Uint32(p1[52:]) == 0 {
+		// No auto-vacuum (largest root page 0): no pointer map to check against.
+		r.close(tls)
+		return nil, errRawPages
+	}
+	return r, nil
+}
+
+func (r *pageReader) close(tls *libc.TLS) {
+	if r.stmt != 0 {
+		sqlite3.Xsqlite3_finalize(tls, r.stmt)
+		r.stmt = 0
+	}
+}
+
+// page reads page pgno of the snapshot into the reader's buffer (valid
+// until the next call).
+func (r *pageReader) page(tls *libc.TLS, pgno uint32) ([]byte, error) {
+	if pgno == 0 || pgno > r.pages {
+		return nil, errRawPages
+	}
+	sqlite3.Xsqlite3_bind_int(tls, r.stmt, 1, int32(pgno))
+	defer sqlite3.Xsqlite3_reset(tls, r.stmt)
+	if rc := sqlite3.Xsqlite3_step(tls, r.stmt); rc != sqlite3.SQLITE_ROW {
+		return nil, fmt.Errorf("%w: page %d: sqlite %d", errRawPages, pgno, rc)
+	}
+	n := int(sqlite3.Xsqlite3_column_bytes(tls, r.stmt, 0))
+	p := sqlite3.Xsqlite3_column_blob(tls, r.stmt, 0)
+	if p == 0 || n != r.size {
+		return nil, fmt.Errorf("%w: page %d is %d bytes", errRawPages, pgno, n)
+	}
+	if cap(r.buf) < n {
+		r.buf = make([]byte, n)
+	}
+	r.buf = r.buf[:n]
+	copy(r.buf, libc.GoBytes(p, n))
+	return r.buf, nil
+}
+
+// keep returns a copy of page pgno from cache, reading it once.
+func (r *pageReader) keep(tls *libc.TLS, cache map[uint32][]byte, pgno uint32) ([]byte, error) {
+	if p, ok := cache[pgno]; ok {
+		return p, nil
+	}
+	p, err := r.page(tls, pgno)
+	if err != nil {
+		return nil, err
+	}
+	p = append([]byte(nil), p...)
+	cache[pgno] = p
+	return p, nil
+}
+
+// isPtrmap reports whether pgno is a pointer-map page.
+func (r *pageReader) isPtrmap(pgno uint32) bool {
+	return pgno >= 2 && r.ptrmapOf(pgno) == pgno
+}
+
+// ptrmapOf is the pointer-map page holding pgno's entry (SQLite's
+// ptrmapPageno).
+func (r *pageReader) ptrmapOf(pgno uint32) uint32 {
+	per := uint32(r.usable/5) + 1
+	m := (pgno-2)/per*per + 2
+	if m == r.pending {
+		m++
+	}
+	return m
+}
+
+// parentIs reports whether pgno's pointer-map entry is (typ, parent).
+// Only the entries of the snapshot's pages count: a reclaim that shortens
+// the file leaves the entries of the pages it cut off as they were.
+func (r *pageReader) parentIs(tls *libc.TLS, pgno uint32, typ byte, parent uint32) (bool, error) {
+	if pgno < 3 || pgno > r.pages || r.isPtrmap(pgno) || pgno == r.pending {
+		return false, nil
+	}
+	m := r.ptrmapOf(pgno)
+	p, err := r.keep(tls, r.ptrmaps, m)
+	if err != nil {
+		return false, err
+	}
+	off := 5 * int(pgno-m-1)
+	if off+5 > r.usable {
+		return false, nil
+	}
+	return p[off] == typ && binary.BigEndian.Uint32(p[off+1:]) == parent, nil
+}
+
+// cell is a segment row's record as its leaf holds it.
+type cell struct {
+	leaf       uint32
+	local      []byte // the record's bytes in the leaf (a copy)
+	payload    int64  // the record's length
+	bytesStart int64  // where the bytes column starts in the record
+	bytesLen   int64
+	first      uint32 // first overflow page; 0 when all of it is local
+}
+
+// findCell descends the segments table to rowid's cell.
+func (r *pageReader) findCell(tls *libc.TLS, rowid int64) (cell, error) {
+	pgno := r.root
+	for depth := 0; depth < 32; depth++ {
+		var p []byte
+		var err error
+		if pgno == r.root || r.interior[pgno] != nil {
+			p, err = r.keep(tls, r.interior, pgno)
+		} else {
+			p, err = r.page(tls, pgno)
+		}
+		if err != nil {
+			return cell{}, err
+		}
+		hdr := 0
+		if pgno == 1 {
+			hdr = 100
+		}
+		if len(p) < hdr+12 {
+			return cell{}, errRawPages
+		}
+		n := int(binary.BigEndian.Uint16(p[hdr+3:]))
+		switch p[hdr] {
+		case pageInteriorTable:
+			if _, kept := r.interior[pgno]; !kept {
+				r.interior[pgno] = append([]byte(nil), p...)
+				p = r.interior[pgno]
+			}
+			next := binary.BigEndian.Uint32(p[hdr+8:])
+			// The first cell whose key is >= rowid leads to it; else the
+			// rightmost child.
+			lo, hi := 0, n
+			for lo < hi {
+				mid := (lo + hi) / 2
+				c, ok := cellAt(p, hdr+12, mid, r.usable)
+				if !ok || c+4 > r.usable {
+					return cell{}, errRawPages
+				}
+				key, _, ok := varint(p[c+4 : r.usable])
+				if !ok {
+					return cell{}, errRawPages
+				}
+				if key >= rowid {
+					hi = mid
+				} else {
+					lo = mid + 1
+				}
+			}
+			if lo < n {
+				c, _ := cellAt(p, hdr+12, lo, r.usable)
+				next = binary.BigEndian.Uint32(p[c:])
+			}
+			pgno = next
+		case pageLeafTable:
+			lo, hi := 0, n
+			for lo < hi {
+				mid := (lo + hi) / 2
+				c, ok := cellAt(p, hdr+8, mid, r.usable)
+				if !ok {
+					return cell{}, errRawPages
+				}
+				_, k, ok := varint(p[c:r.usable])
+				if !ok {
+					return cell{}, errRawPages
+				}
+				key, _, ok := varint(p[c+k : r.usable])
+				if !ok {
+					return cell{}, errRawPages
+				}
+				switch {
+				case key == rowid:
+					return r.parseCell(p, c, pgno)
+				case key < rowid:
+					lo = mid + 1
+				default:
+					hi = mid
+				}
+			}
+			return cell{}, fmt.Errorf("%w: no row %d", errRawPages, rowid)
+		default:
+			return cell{}, fmt.Errorf("%w: page %d is of type %#x", errRawPages, pgno, p[hdr])
+		}
+	}
+	return cell{}, errRawPages
+}
+
+// cellAt is the offset of cell i of a page whose pointer array starts at
+// ptrs.
+func cellAt(p []byte, ptrs, i, usable int) (int, bool) {
+	o := ptrs + 2*i
+	if o+2 > usable {
+		return 0, false
+	}
+	c := int(binary.BigEndian.Uint16(p[o:]))
+	return c, c > ptrs && c < usable
+}
+
+// parseCell reads a table leaf cell at c of leaf page p.
+func (r *pageReader) parseCell(p []byte, c int, leaf uint32) (cell, error) {
+	u := r.usable
+	n, k1, ok := varint(p[c:u])
+	if !ok || n < 0 {
+		return cell{}, errRawPages
+	}
+	_, k2, ok := varint(p[c+k1 : u])
+	if !ok {
+		return cell{}, errRawPages
+	}
+	start := c + k1 + k2
+	// How much of the record the leaf holds (fileformat2, "Cell Payload
+	// Overflow Pages", table leaf).
+	maxLocal, minLocal := int64(u-35), int64((u-12)*32/255-23)
+	local := n
+	if n > maxLocal {
+		local = minLocal + (n-minLocal)%int64(u-4)
+		if local > maxLocal {
+			local = minLocal
+		}
+	}
+	end := start + int(local)
+	if end > u || (local < n && end+4 > u) {
+		return cell{}, errRawPages
+	}
+	out := cell{leaf: leaf, local: append([]byte(nil), p[start:end]...), payload: n}
+	if local < n {
+		out.first = binary.BigEndian.Uint32(p[end:])
+	}
+	// The record header: its length, then a serial type per column.
+	hlen, k, ok := varint(out.local)
+	if !ok || hlen > int64(len(out.local)) || hlen < int64(k) {
+		return cell{}, errRawPages
+	}
+	off, pos := hlen, int64(k)
+	for col := 0; ; col++ {
+		if pos >= hlen {
+			return cell{}, errRawPages // no bytes column
+		}
+		t, k, ok := varint(out.local[pos:hlen])
+		if !ok {
+			return cell{}, errRawPages
+		}
+		pos += int64(k)
+		size := serialSize(t)
+		if size < 0 || size > n || off > n {
+			return cell{}, errRawPages
+		}
+		if col == r.bytesCol {
+			if t < 12 || t%2 != 0 {
+				return cell{}, errRawPages // not a BLOB
+			}
+			out.bytesStart, out.bytesLen = off, size
+			break
+		}
+		off += size
+	}
+	if out.bytesStart+out.bytesLen > n {
+		return cell{}, errRawPages
+	}
+	return out, nil
+}
+
+// serialSize is the content length of a record serial type, -1 for the
+// reserved ones.
+func serialSize(t int64) int64 {
+	switch {
+	case t < 0:
+		return -1
+	case t >= 12:
+		return (t - 12) / 2
+	case t <= 4:
+		return [...]int64{0, 1, 2, 3, 4}[t]
+	case t == 5:
+		return 6
+	case t == 6, t == 7:
+		return 8
+	case t == 8, t == 9:
+		return 0
+	}
+	return -1
+}
+
+// varint decodes an SQLite varint (big-endian, 7 bits a byte, the ninth
+// byte whole) and its length.
+func varint(b []byte) (int64, int, bool) {
+	var v uint64
+	for i := 0; i < 9 && i < len(b); i++ {
+		if i == 8 {
+			return int64(v<<8 | uint64(b[i])), 9, true
+		}
+		v = v<<7 | uint64(b[i]&0x7f)
+		if b[i] < 0x80 {
+			return int64(v), i + 1, true
+		}
+	}
+	return 0, 0, false
+}
+
+// rawSegment is a SegmentBlob's in-place state in one snapshot.
+type rawSegment struct {
+	rowid   int64
+	located bool // cell is read, in this snapshot
+	cell    cell
+	chain   []uint32 // chain[i]: the i-th overflow page, checked in this snapshot
+	failed  bool     // the in-place path gave up: read through SQLite
+}
+
+// link returns the i-th overflow page of the segment's record, checked
+// in this snapshot.
+func (s *rawSegment) link(tls *libc.TLS, r *pageReader, jumps *pageJumps, i int) (uint32, error) {
+	if s.cell.first == 0 || i < 0 {
+		return 0, errRawPages
+	}
+	maxLinks := int((s.cell.payload - int64(len(s.cell.local)) + int64(r.usable-5)) / int64(r.usable-4))
+	if i >= maxLinks {
+		return 0, errRawPages
+	}
+	if len(s.chain) == 0 {
+		s.chain = append(s.chain, s.cell.first) // from the cell, read in this snapshot
+	}
+	for len(s.chain) <= i {
+		next, err := r.nextPage(tls, jumps, s.chain[len(s.chain)-1])
+		if err != nil {
+			return 0, err
+		}
+		s.chain = append(s.chain, next)
+	}
+	return s.chain[i], nil
+}
+
+// nextPage finds the overflow page after prev and checks it in the
+// snapshot's pointer map: first the following usable page (SQLite's own
+// guess, right for a chain written in one run), then the page jumps names.
+// A link neither finds makes the caller read through SQLite, whose walk
+// reads the pages themselves; it also rescans the pointer map for the
+// questions after, at most every jumpScanEvery.
+func (r *pageReader) nextPage(tls *libc.TLS, jumps *pageJumps, prev uint32) (uint32, error) {
+	guess := r.following(prev)
+	ok, err := r.parentIs(tls, guess, ptrmapOverflow2, prev)
+	if err != nil || ok {
+		return guess, err
+	}
+	for scanned := false; ; scanned = true {
+		if q, known := jumps.get(prev); known {
+			ok, err := r.parentIs(tls, q, ptrmapOverflow2, prev)
+			if err != nil || ok {
+				return q, err
+			}
+		}
+		if scanned || r.scanned || !jumps.claimScan(time.Now()) {
+			return 0, fmt.Errorf("%w: no known link after page %d", errRawPages, prev)
+		}
+		m, err := r.scanJumps(tls)
+		if err != nil {
+			return 0, err
+		}
+		jumps.set(m)
+	}
+}
+
+// scanJumps reads every pointer-map page of the snapshot and returns the
+// overflow links that do not go to the following usable page.
+func (r *pageReader) scanJumps(tls *libc.TLS) (map[uint32]uint32, error) {
+	r.scanned = true
+	m := map[uint32]uint32{}
+	span := uint32(r.usable/5) + 1 // a map page and the pages it maps
+	for base := uint32(2); base <= r.pages && base >= 2; base += span {
+		pm := r.ptrmapOf(base) // base, or the page after it when base holds the lock byte
+		p, err := r.page(tls, pm)
+		if err != nil {
+			return nil, err
+		}
+		for q := pm + 1; q < base+span && q <= r.pages; q++ {
+			e := p[5*(q-pm-1):]
+			if e[0] != ptrmapOverflow2 {
+				continue
+			}
+			prev := binary.BigEndian.Uint32(e[1:])
+			if q != r.following(prev) {
+				m[prev] = q
+			}
+		}
+	}
+	return m, nil
+}
+
+// following is the first page after p that is neither a pointer-map page
+// nor the lock byte's: where SQLite guesses an overflow chain goes on.
+func (r *pageReader) following(p uint32) uint32 {
+	g := p + 1
+	for r.isPtrmap(g) || g == r.pending {
+		g++
+	}
+	return g
+}
+
+// readAt reads len(p) bytes at off in place (off+len(p) within the
+// segment) and reports whether it did; when it did not, the segment's
+// reads go through SQLite from now on.
+func (s *rawSegment) readAt(tx *ReadTx, conn *sql.Conn, p []byte, off, size int64) bool {
+	if s.failed || tx.pagesFailed {
+		return false
+	}
+	var geom pageGeometry
+	if tx.pages == nil {
+		var err error
+		if geom, err = tx.pageGeometry(); err != nil {
+			tx.pagesFailed = true
+			return false
+		}
+	}
+	err := conn.Raw(func(dc any) error {
+		db, tls, ok := blobHandle(dc)
+		if !ok {
+			return errRawPages
+		}
+		if tx.pages == nil {
+			r, err := newPageReader(tls, db, geom)
+			if err != nil {
+				tx.pagesFailed = true
+				return err
+			}
+			tx.pages = r
+		}
+		if !s.located {
+			c, err := tx.pages.findCell(tls, s.rowid)
+			if err != nil {
+				return err
+			}
+			if c.bytesLen != size {
+				return fmt.Errorf("%w: row %d holds %d bytes, not %d", errRawPages, s.rowid, c.bytesLen, size)
+			}
+			s.cell, s.located = c, true
+		}
+		return s.copyAt(tls, tx.pages, tx.jumps, p, off)
+	})
+	if err != nil {
+		s.failed = true
+		return false
+	}
+	return true
+}
+
+// copyAt copies the segment's bytes at off into p (len(p) within the
+// segment).
+func (s *rawSegment) copyAt(tls *libc.TLS, r *pageReader, jumps *pageJumps, p []byte, off int64) error {
+	c := &s.cell
+	if off < 0 || off+int64(len(p)) > c.bytesLen {
+		return errRawPages
+	}
+	pos := c.bytesStart + off // in the record
+	per := int64(r.usable - 4)
+	for n := 0; n < len(p); {
+		if pos < int64(len(c.local)) {
+			k := copy(p[n:], c.local[pos:])
+			n += k
+			pos += int64(k)
+			continue
+		}
+		rel := pos - int64(len(c.local))
+		pg, err := s.link(tls, r, jumps, int(rel/per))
+		if err != nil {
+			return err
+		}
+		data, err := r.page(tls, pg)
+		if err != nil {
+			return err
+		}
+		k := copy(p[n:], data[4+rel%per:r.usable])
+		n += k
+		pos += int64(k)
+	}
+	return nil
+}
+
+// WarmPageJumps scans the pointer map once, so that the first questions
+// after an open read scattered segments in place too (pageJumps). A
+// reader calls it before it reports ready; on an archive it cannot read
+// that way it does nothing. It takes ~5 µs a pointer-map page: one for
+// every 3.3 MB of file.
+func (a *Archive) WarmPageJumps(ctx context.Context) error {
+	if a.jumps == nil {
+		return nil
+	}
+	return a.View(ctx, func(tx *ReadTx) error {
+		conn, ok := tx.q.(*sql.Conn)
+		if !ok {
+			return nil
+		}
+		g, err := tx.pageGeometry()
+		if err != nil {
+			return nil // not readable in place: questions read through SQLite
+		}
+		return conn.Raw(func(dc any) error {
+			db, tls, ok := blobHandle(dc)
+			if !ok {
+				return nil
+			}
+			r, err := newPageReader(tls, db, g)
+			if err != nil {
+				return nil
+			}
+			defer r.close(tls)
+			m, err := r.scanJumps(tls)
+			if err != nil {
+				return nil
+			}
+			a.jumps.claimScan(time.Now())
+			a.jumps.set(m)
+			return nil
+		})
+	})
+}

@@ -1,0 +1,242 @@
+package archive_test
+
+import (
+	"bytes"
+	"database/sql"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/dendro-receiver/dendro-receiver/archive"
+	at "github.com/dendro-receiver/dendro-receiver/archive/archivetest"
+)
+
+// concatEncoder seals a stream's rows as their payloads back to back, so a
+// test knows every segment's bytes.
+type concatEncoder struct{}
+
+func (concatEncoder) Encode(_ string, rows []archive.Row) (*archive.Segment, error) {
+	var buf bytes.Buffer
+	for _, r := range rows {
+		buf.Write(r.Data)
+	}
+	return &archive.Segment{Bytes: buf.Bytes(), Rows: int64(len(rows)), FirstTS: rows[0].TS, LastTS: rows[len(rows)-1].TS}, nil
+}
+func (concatEncoder) Version() string { return "" }
+
+func randomBytes(r *rand.Rand, n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(r.Uint32())
+	}
+	return b
+}
+
+// checkSegments reads every segment of want through a's read handle at
+// random ranges (and its first and last byte), compares with want, and
+// fails when a segment of more than a few bytes was not read in place.
+func checkSegments(t *testing.T, a *archive.Archive, src archive.SourceID, stream string, want map[int64][]byte, r *rand.Rand) {
+	t.Helper()
+	view(t, a, func(tx *archive.ReadTx) error {
+		for seq, payload := range want {
+			b, ok, err := tx.OpenSegment(src, stream, seq)
+			if err != nil || !ok {
+				t.Fatalf("OpenSegment(%d): %v %v", seq, ok, err)
+			}
+			if len(payload) == 0 {
+				continue
+			}
+			ranges := [][2]int{{0, 1}, {len(payload) - 1, 1}, {0, len(payload)}}
+			for range 40 {
+				off := r.IntN(len(payload))
+				ranges = append(ranges, [2]int{off, 1 + r.IntN(min(len(payload)-off, 40<<10))})
+			}
+			for _, rg := range ranges {
+				p := make([]byte, rg[1])
+				n, err := b.ReadAt(p, int64(rg[0]))
+				if n != rg[1] || err != nil {
+					t.Fatalf("segment %d: ReadAt(%d, %d) = %d, %v", seq, rg[1], rg[0], n, err)
+				}
+				if !bytes.Equal(p, payload[rg[0]:rg[0]+rg[1]]) {
+					t.Fatalf("segment %d (%d bytes): ReadAt(%d, %d) returned other bytes", seq, len(payload), rg[1], rg[0])
+				}
+			}
+			if !archive.ReadsInPlaceForTest(b) {
+				t.Errorf("segment %d (%d bytes) was read through sqlite3_blob_read, not in place", seq, len(payload))
+			}
+		}
+		return nil
+	})
+}
+
+// brokenLinks counts the links of the segments' overflow chains whose
+// next page is not the following one (dbstat names an overflow page by its
+// cell's path, "+", and its place in the chain), and the links in all.
+func brokenLinks(t *testing.T, path string) (broken, links int) {
+	t.Helper()
+	db, err := sql.Open("sqlite", "file:"+path+"?mode=ro")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	rows, err := db.Query(`SELECT path, pageno FROM dbstat WHERE name = 'segments' AND pagetype = 'overflow' ORDER BY path`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	prevCell, prev := "", int64(-1)
+	for rows.Next() {
+		var p string
+		var pg int64
+		if err := rows.Scan(&p, &pg); err != nil {
+			t.Fatal(err)
+		}
+		c, _, _ := strings.Cut(p, "+")
+		if c == prevCell {
+			links++
+			if pg != prev+1 && !(pg == prev+2 && (prev+1-2)%820 == 0) { // a pointer-map page between
+				broken++
+			}
+		}
+		prevCell, prev = c, pg
+	}
+	return broken, links
+}
+
+// Reading a segment's pages in place (blobpages.go) gives the bytes
+// sqlite3_blob_read gives: segments wholly in their leaf, just past it,
+// and over many overflow pages; chains in consecutive pages and scattered
+// over a fragmented free list; read from the main file and from the -wal
+// sidecar while a writer runs; and again after a reclaim moved the pages
+// the handle remembered.
+func TestRawPagesMatchBlobReads(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	t.Run("main file", func(t *testing.T) {
+		h, path := newHandle(t)
+		src := addSrc(t, h, map[string]string{"name": "a"})
+		want := map[int64][]byte{}
+		// 4061 is the most a 4 KiB page's leaf holds of a record; the row's
+		// other columns take a few bytes of it.
+		for seq, n := range []int{0, 7, 3000, 4030, 4061, 4062, 8200, 100 << 10, 3<<20 + 17} {
+			want[int64(seq)] = randomBytes(r, n)
+		}
+		// Scattered: many one-page segments, every other one deleted, then
+		// segments written into that free list (placement skips a list
+		// more than twice their size).
+		update(t, h, func(tx *archive.WriteTx) error {
+			for seq := int64(100); seq < 700; seq++ {
+				if err := tx.InsertSegment(src, "pad", seq, &archive.Segment{Bytes: randomBytes(r, 5000), Rows: 1, FirstTS: seq, LastTS: seq}); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		update(t, h, func(tx *archive.WriteTx) error {
+			for seq := int64(100); seq < 700; seq += 2 {
+				if err := tx.DeleteSegment(src, "pad", seq); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		update(t, h, func(tx *archive.WriteTx) error {
+			for seq, payload := range want {
+				if err := tx.InsertSegment(src, "s", seq, &archive.Segment{Bytes: payload, Rows: 1, FirstTS: seq + 1, LastTS: seq + 1}); err != nil {
+					return err
+				}
+			}
+			for seq := int64(0); seq < 3; seq++ {
+				p := randomBytes(r, 60<<10)
+				want[1000+seq] = p
+				if err := tx.InsertSegment(src, "s", 1000+seq, &archive.Segment{Bytes: p, Rows: 1, FirstTS: 1000 + seq, LastTS: 1000 + seq}); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err := h.Close(); err != nil {
+			t.Fatal(err)
+		}
+		broken, links := brokenLinks(t, path)
+		t.Logf("%d of %d links scattered", broken, links)
+		if broken < 50 {
+			t.Fatalf("only %d of %d links are scattered: the test does not read a scattered chain", broken, links)
+		}
+		a := openRead(t, path)
+		if err := a.WarmPageJumps(at.Ctx(t)); err != nil {
+			t.Fatal(err)
+		}
+		if n := archive.PageJumpsForTest(a); n < broken {
+			t.Fatalf("after WarmPageJumps: %d scattered links known, want %d", n, broken)
+		}
+		checkSegments(t, a, src, "s", want, r)
+	})
+	t.Run("sidecar and reclaim", func(t *testing.T) {
+		ctx := at.Ctx(t)
+		w := at.NewWriter(t, archive.WriterOptions{Encoder: concatEncoder{}})
+		s, err := w.AddSource(ctx, archive.SourceSpec{}, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		src := s.ID()
+		want := map[int64][]byte{}
+		ts := int64(0)
+		for seq := range int64(8) {
+			var payload []byte
+			var rows []archive.Row
+			for range 40 + 30*seq {
+				ts++
+				d := randomBytes(r, 1000+r.IntN(3000))
+				rows = append(rows, archive.Row{Stream: "s", TS: ts, Data: d})
+				payload = append(payload, d...)
+			}
+			if _, err := w.AppendWait(ctx, []archive.SourceRows{{Source: src, Rows: rows}}, false); err != nil {
+				t.Fatal(err)
+			}
+			sealed, err := w.SealWait(ctx, src, []string{"s"})
+			if err != nil || len(sealed) != 1 {
+				t.Fatalf("seal: %v %v", sealed, err)
+			}
+			want[sealed[0].Seq] = payload
+		}
+		a, err := archive.Open(w.Path())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer a.Close()
+		checkSegments(t, a, src, "s", want, r)
+		// Evict the oldest half: freed pages past a tenth of the file make
+		// the writer reclaim, which moves the file's last pages (the newest
+		// segments' chains) into the holes.
+		ev, err := w.EvictBefore(ctx, src, evictCutoff(t, a, src, 4))
+		if err != nil || ev.Segments != 4 {
+			t.Fatalf("evict: %+v %v", ev, err)
+		}
+		for seq := range int64(4) {
+			delete(want, seq)
+		}
+		if st := w.Stats(); st.Reclaims == 0 {
+			t.Fatal("the eviction did not reclaim: the chains did not move")
+		}
+		checkSegments(t, a, src, "s", want, r)
+	})
+}
+
+// evictCutoff is the cutoff that evicts the first n segments of stream s.
+func evictCutoff(t *testing.T, a *archive.Archive, src archive.SourceID, n int) int64 {
+	t.Helper()
+	var cutoff int64
+	view(t, a, func(tx *archive.ReadTx) error {
+		metas, err := tx.StreamSegmentMetas(src, "s")
+		if err != nil {
+			return err
+		}
+		if len(metas) <= n {
+			return fmt.Errorf("%d segments", len(metas))
+		}
+		cutoff = metas[n-1].LastTS + 1
+		return nil
+	})
+	return cutoff
+}
