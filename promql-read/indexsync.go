@@ -310,12 +310,18 @@ func (s *store) syncAll(ctx context.Context, nc nameConstraint, rng timeRange) e
 
 // Warm indexes the whole archive (or its recent history: WarmWindow):
 // every segment's series table and every stream's live tail, then caches
-// the newest segments' layouts (warmLayouts). A server calls it before it
+// the newest segments' layouts (warmLayouts), after the archive's page
+// links (archive.WarmPageJumps). A server calls it before it
 // reports ready, so that the first question after a restart costs what
 // any other does. The segments' tables are read in one snapshot and
 // indexed on every processor.
 func (q *Queryable) Warm(ctx context.Context) error {
 	started := time.Now()
+	// The segments' scattered page links, so that the first questions
+	// read them in place too (archive.WarmPageJumps).
+	if err := q.s.a.WarmPageJumps(ctx); err != nil {
+		return err
+	}
 	deferred, err := q.s.warmSegments(ctx, q.s.opts.WarmWindow)
 	if err != nil {
 		return err
