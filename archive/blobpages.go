@@ -1,12 +1,14 @@
 package archive
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 	"time"
 
@@ -23,62 +25,74 @@ import (
 // the pages are consecutive and ~1 ms when they are not (~100 ns and ~450
 // ns a link), which was most of the question (8-33 ms).
 //
-// A pageChains remembers each segment's chain, page numbers only, from one
-// question to the next, and a read in a later snapshot trusts none of it
-// unchecked: it reads the segment's cell from its B-tree leaf in this
-// snapshot (the first overflow page), and checks every link it uses
-// against the auto-vacuum pointer map of this snapshot. SQLite keeps that
-// map exact in every transaction (integrity_check verifies it): the entry
-// of an overflow page names the page whose pointer leads to it, so if the
-// entry of page q says "overflow, after p", then q is p's next page, and a
-// chain whose every link checks out from the cell's first page is the
-// row's chain in this snapshot. One pointer-map page holds the entries of
-// the 819 pages after it, so the check costs a few page reads a segment
-// and a compare a link. A link that fails (the pages were moved by a
-// reclaim, or the row is another segment now) is walked again: the next
-// page guessed as the following one and confirmed in the map, as SQLite
-// does, or read from the page itself.
+// A read handle's SegmentBlob reads the pages itself instead. It finds the
+// segment's cell by descending the segments table's B-tree (the first
+// overflow page is at the end of the cell), then each next page as SQLite
+// guesses it, the following usable page, or, where the chain jumps, from
+// pageJumps, the archive's map of its scattered links. Nothing it knows
+// from before the snapshot is trusted unchecked: every link it uses is
+// checked against the snapshot's auto-vacuum pointer map. SQLite keeps
+// that map exact in every transaction (integrity_check verifies it) for
+// every page of the file: the entry of an overflow page names the page
+// whose pointer leads to it, so if the entry of page q says "overflow,
+// after p", q is p's next page, and a chain whose every link checks out
+// from the cell's first page is the row's chain in this snapshot. Pages
+// past the snapshot's end are never believed: a reclaim that shortens the
+// file leaves their entries behind. One pointer-map page holds the
+// entries of the 819 pages after it, so the check costs a compare a link
+// and a few page reads a segment.
 //
 // Pages are read with the sqlite_dbpage virtual table, which reads through
 // the connection's pager, so in the snapshot's own version (the main file
 // or the -wal sidecar's frames). The format relied on is SQLite's
 // documented file format (https://www.sqlite.org/fileformat2.html):
-// B-tree pages, cells, records, overflow pages and pointer-map pages. Any
-// page that does not parse as expected ends the in-place path for that
-// segment (errRawPages) and its reads go through sqlite3_blob_read, so a
-// surprise makes a read slower, never wrong; TestRawPagesMatchBlobReads
-// compares the two over consecutive and scattered chains, sidecar frames
-// and reclaims.
+// B-tree pages, cells, records, overflow pages and pointer-map pages. A
+// page that does not parse as expected, or a link neither guess nor map
+// finds, ends the in-place path for that segment in that snapshot
+// (errRawPages): its reads go through sqlite3_blob_read, so a surprise
+// makes a read slower, never wrong. TestRawPagesMatchBlobReads compares
+// the two over consecutive and scattered chains, sidecar frames and a
+// reclaim.
 
 // errRawPages: a page did not parse as the file format says; the caller
 // reads through SQLite instead.
 var errRawPages = errors.New("archive: segment pages not as expected")
 
-// jumpScanEvery bounds how often a question rescans the pointer map
-// after it met a link pageJumps does not know (see nextPage).
+// jumpScanEvery bounds how often a question that met a link pageJumps
+// does not know has the pointer map scanned again (see nextPage).
 const jumpScanEvery = 30 * time.Second
 
 // pageJumps is an Archive's map of the links of its overflow chains that
-// do not go to the following page: page -> next page. It is a hint,
-// checked at every use (see above), built from a scan of the pointer map
-// (scanJumps) when a handle warms up (WarmPageJumps) and again, at most
-// every jumpScanEvery, when a question meets a link it lacks. Its size
-// follows the scattered links, not the archive: ~10 bytes each.
+// do not go to the following page. It is a hint, checked at every use
+// (see above), built from a scan of the pointer map (scanJumps): when a
+// handle warms up (WarmPageJumps), and again in the background, at most
+// every jumpScanEvery, when a question meets a link it lacks (a segment
+// sealed since into scattered free pages, or pages a reclaim moved). Its
+// size follows the scattered links, not the archive: 8 bytes each (179 k
+// of them, 1.4 MB, in an hour of a million series, 1.6 GB).
 type pageJumps struct {
 	mu      sync.Mutex
-	m       map[uint32]uint32
+	links   []jump // by from
 	scanned time.Time
+	// rescan scans the pointer map again off the caller's goroutine.
+	rescan func()
 }
 
-func (j *pageJumps) get(p uint32) (uint32, bool) {
+// jump is one link: page from's next overflow page is to.
+type jump struct{ from, to uint32 }
+
+func (j *pageJumps) get(from uint32) (uint32, bool) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	q, ok := j.m[p]
-	return q, ok
+	i, found := slices.BinarySearchFunc(j.links, from, func(l jump, from uint32) int { return cmp.Compare(l.from, from) })
+	if !found {
+		return 0, false
+	}
+	return j.links[i].to, true
 }
 
-// claimScan reports whether the caller may rescan now, and if so marks
-// the scan as done so that others wait for the next turn.
+// claimScan reports whether the caller may have the map rescanned now,
+// and if so marks the scan as done so that others wait for their turn.
 func (j *pageJumps) claimScan(now time.Time) bool {
 	j.mu.Lock()
 	defer j.mu.Unlock()
@@ -89,23 +103,27 @@ func (j *pageJumps) claimScan(now time.Time) bool {
 	return true
 }
 
-func (j *pageJumps) set(m map[uint32]uint32) {
+func (j *pageJumps) set(links []jump) {
 	j.mu.Lock()
-	j.m = m
+	j.links = links
 	j.mu.Unlock()
 }
 
-// Pointer-map entry types (fileformat2: "Pointer Map or Ptrmap Pages").
-const (
-	ptrmapOverflow1 = 3 // first overflow page; parent: the page of the cell
-	ptrmapOverflow2 = 4 // later overflow page; parent: the page before it
-)
+// ptrmapOverflow2 is the pointer-map type of an overflow page after a
+// chain's first; its parent is the page before it (fileformat2, "Pointer
+// Map or Ptrmap Pages").
+const ptrmapOverflow2 = 4
 
 // B-tree page types.
 const (
 	pageInteriorTable = 0x05
 	pageLeafTable     = 0x0d
 )
+
+// maxKeptPtrmaps bounds the pointer-map pages a snapshot keeps (1 MiB at
+// 4 KiB pages, the map of 840 MB of file); a question that reads more
+// reads some of them again.
+const maxKeptPtrmaps = 256
 
 // pageReader reads raw pages in one snapshot: a prepared statement on
 // sqlite_dbpage, and the pointer-map and interior pages read so far. It
@@ -121,7 +139,6 @@ type pageReader struct {
 	ptrmaps  map[uint32][]byte
 	interior map[uint32][]byte
 	buf      []byte
-	scanned  bool // scanJumps ran in this snapshot
 }
 
 // pageGeometry is what a pageReader needs from SQL, asked before the
@@ -251,6 +268,9 @@ func (r *pageReader) parentIs(tls *libc.TLS, pgno uint32, typ byte, parent uint3
 		return false, nil
 	}
 	m := r.ptrmapOf(pgno)
+	if _, kept := r.ptrmaps[m]; !kept && len(r.ptrmaps) >= maxKeptPtrmaps {
+		clear(r.ptrmaps)
+	}
 	p, err := r.keep(tls, r.ptrmaps, m)
 	if err != nil {
 		return false, err
@@ -505,37 +525,30 @@ func (s *rawSegment) link(tls *libc.TLS, r *pageReader, jumps *pageJumps, i int)
 // snapshot's pointer map: first the following usable page (SQLite's own
 // guess, right for a chain written in one run), then the page jumps names.
 // A link neither finds makes the caller read through SQLite, whose walk
-// reads the pages themselves; it also rescans the pointer map for the
-// questions after, at most every jumpScanEvery.
+// reads the pages themselves, and has the map rescanned for the questions
+// after it.
 func (r *pageReader) nextPage(tls *libc.TLS, jumps *pageJumps, prev uint32) (uint32, error) {
 	guess := r.following(prev)
 	ok, err := r.parentIs(tls, guess, ptrmapOverflow2, prev)
 	if err != nil || ok {
 		return guess, err
 	}
-	for scanned := false; ; scanned = true {
-		if q, known := jumps.get(prev); known {
-			ok, err := r.parentIs(tls, q, ptrmapOverflow2, prev)
-			if err != nil || ok {
-				return q, err
-			}
+	if q, known := jumps.get(prev); known {
+		ok, err := r.parentIs(tls, q, ptrmapOverflow2, prev)
+		if err != nil || ok {
+			return q, err
 		}
-		if scanned || r.scanned || !jumps.claimScan(time.Now()) {
-			return 0, fmt.Errorf("%w: no known link after page %d", errRawPages, prev)
-		}
-		m, err := r.scanJumps(tls)
-		if err != nil {
-			return 0, err
-		}
-		jumps.set(m)
 	}
+	if jumps.rescan != nil && jumps.claimScan(time.Now()) {
+		jumps.rescan()
+	}
+	return 0, fmt.Errorf("%w: no known link after page %d", errRawPages, prev)
 }
 
 // scanJumps reads every pointer-map page of the snapshot and returns the
 // overflow links that do not go to the following usable page.
-func (r *pageReader) scanJumps(tls *libc.TLS) (map[uint32]uint32, error) {
-	r.scanned = true
-	m := map[uint32]uint32{}
+func (r *pageReader) scanJumps(tls *libc.TLS) ([]jump, error) {
+	var links []jump
 	span := uint32(r.usable/5) + 1 // a map page and the pages it maps
 	for base := uint32(2); base <= r.pages && base >= 2; base += span {
 		pm := r.ptrmapOf(base) // base, or the page after it when base holds the lock byte
@@ -550,11 +563,12 @@ func (r *pageReader) scanJumps(tls *libc.TLS) (map[uint32]uint32, error) {
 			}
 			prev := binary.BigEndian.Uint32(e[1:])
 			if q != r.following(prev) {
-				m[prev] = q
+				links = append(links, jump{prev, q})
 			}
 		}
 	}
-	return m, nil
+	slices.SortFunc(links, func(a, b jump) int { return cmp.Compare(a.from, b.from) })
+	return slices.Clip(links), nil
 }
 
 // following is the first page after p that is neither a pointer-map page
@@ -646,11 +660,11 @@ func (s *rawSegment) copyAt(tls *libc.TLS, r *pageReader, jumps *pageJumps, p []
 	return nil
 }
 
-// WarmPageJumps scans the pointer map once, so that the first questions
-// after an open read scattered segments in place too (pageJumps). A
-// reader calls it before it reports ready; on an archive it cannot read
-// that way it does nothing. It takes ~5 µs a pointer-map page: one for
-// every 3.3 MB of file.
+// WarmPageJumps scans the pointer map, so that the first questions after
+// an open read scattered segments in place too (pageJumps). A reader
+// calls it before it reports ready; on an archive it cannot read that way
+// it does nothing. It reads one pointer-map page for every 3.3 MB of file:
+// 23-94 ms for 1.6 GB.
 func (a *Archive) WarmPageJumps(ctx context.Context) error {
 	if a.jumps == nil {
 		return nil
@@ -674,12 +688,11 @@ func (a *Archive) WarmPageJumps(ctx context.Context) error {
 				return nil
 			}
 			defer r.close(tls)
-			m, err := r.scanJumps(tls)
+			links, err := r.scanJumps(tls)
 			if err != nil {
 				return nil
 			}
-			a.jumps.claimScan(time.Now())
-			a.jumps.set(m)
+			a.jumps.set(links)
 			return nil
 		})
 	})

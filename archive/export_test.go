@@ -84,5 +84,5 @@ func ReadsInPlaceForTest(b *SegmentBlob) bool {
 func PageJumpsForTest(a *Archive) int {
 	a.jumps.mu.Lock()
 	defer a.jumps.mu.Unlock()
-	return len(a.jumps.m)
+	return len(a.jumps.links)
 }

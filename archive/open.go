@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 
 	"golang.org/x/sys/unix"
 	sqlite3 "modernc.org/sqlite/lib"
@@ -35,6 +36,7 @@ type Archive struct {
 	// jumps are the scattered links of the segments' page chains
 	// (blobpages.go); nil reads every segment through sqlite3_blob_read.
 	jumps *pageJumps
+	scans sync.WaitGroup // rescans of jumps in flight; Close waits
 }
 
 // ReadOptions configures a read handle (OpenWithOptions). The zero value
@@ -182,6 +184,13 @@ func openRead(path string, immutable bool, opts ReadOptions) (*Archive, error) {
 		return nil, err
 	}
 	a := &Archive{path: path, db: db, immutable: immutable, jumps: &pageJumps{}}
+	a.jumps.rescan = func() {
+		a.scans.Add(1)
+		go func() {
+			defer a.scans.Done()
+			a.WarmPageJumps(context.Background())
+		}()
+	}
 	if !immutable && opts.MapBytes > 0 {
 		// Immutable files never change: their maps never drop.
 		a.maps = &mapSwitch{bytes: opts.MapBytes}
@@ -192,8 +201,10 @@ func openRead(path string, immutable bool, opts ReadOptions) (*Archive, error) {
 // Path is the archive's file name.
 func (a *Archive) Path() string { return a.path }
 
-// Close releases the handle's connections. It never checkpoints.
+// Close releases the handle's connections, after a rescan of its page
+// links in flight (blobpages.go). It never checkpoints.
 func (a *Archive) Close() error {
+	a.scans.Wait()
 	err := a.db.Close()
 	a.blobBufs.close()
 	return err
