@@ -177,6 +177,33 @@ func TestRawPagesMatchBlobReads(t *testing.T) {
 			t.Fatalf("%d segments were not read in place", n)
 		}
 	})
+	t.Run("64 KiB pages", func(t *testing.T) {
+		path := at.Path(t)
+		h, err := archive.CreateWithPageSizeForTest(path, 65536)
+		if err != nil {
+			t.Fatal(err)
+		}
+		src := addSrc(t, h, map[string]string{"name": "a"})
+		want := map[int64][]byte{}
+		for seq, n := range []int{1, 65000, 65501, 65600, 200 << 10, 5<<20 + 3} {
+			want[int64(seq)] = randomBytes(r, n)
+		}
+		update(t, h, func(tx *archive.WriteTx) error {
+			for seq, payload := range want {
+				if err := tx.InsertSegment(src, "s", seq, &archive.Segment{Bytes: payload, Rows: 1, FirstTS: seq + 1, LastTS: seq + 1}); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err := h.Close(); err != nil {
+			t.Fatal(err)
+		}
+		a := openRead(t, path)
+		if n := checkSegments(t, a, src, "s", want, r); n > 0 {
+			t.Fatalf("%d segments were not read in place", n)
+		}
+	})
 	t.Run("sidecar and reclaim", func(t *testing.T) {
 		ctx := at.Ctx(t)
 		w := at.NewWriter(t, archive.WriterOptions{Encoder: concatEncoder{}})
