@@ -217,7 +217,7 @@ func (tx *ReadTx) OpenListedSegment(source SourceID, m StreamSegment) (b *Segmen
 }
 
 // useRaw has the handle read rowid's pages in place when its archive
-// keeps chains (a read handle's snapshots do).
+// can (a read handle's snapshots can; the writer's read through SQLite).
 func (b *SegmentBlob) useRaw(rowid int64) {
 	if b.tx.jumps != nil {
 		b.raw = &rawSegment{rowid: rowid}

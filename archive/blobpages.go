@@ -103,9 +103,10 @@ func (j *pageJumps) claimScan(now time.Time) bool {
 	return true
 }
 
-func (j *pageJumps) set(links []jump) {
+// set replaces the links with a scan's, made now.
+func (j *pageJumps) set(links []jump, now time.Time) {
 	j.mu.Lock()
-	j.links = links
+	j.links, j.scanned = links, now
 	j.mu.Unlock()
 }
 
@@ -692,7 +693,7 @@ func (a *Archive) WarmPageJumps(ctx context.Context) error {
 			if err != nil {
 				return nil
 			}
-			a.jumps.set(links)
+			a.jumps.set(links, time.Now())
 			return nil
 		})
 	})

@@ -36,7 +36,11 @@ type Archive struct {
 	// jumps are the scattered links of the segments' page chains
 	// (blobpages.go); nil reads every segment through sqlite3_blob_read.
 	jumps *pageJumps
-	scans sync.WaitGroup // rescans of jumps in flight; Close waits
+	// scans are the rescans of jumps in flight, which Close waits for;
+	// once closed, none starts.
+	scanMu sync.Mutex
+	closed bool
+	scans  sync.WaitGroup
 }
 
 // ReadOptions configures a read handle (OpenWithOptions). The zero value
@@ -185,6 +189,11 @@ func openRead(path string, immutable bool, opts ReadOptions) (*Archive, error) {
 	}
 	a := &Archive{path: path, db: db, immutable: immutable, jumps: &pageJumps{}}
 	a.jumps.rescan = func() {
+		a.scanMu.Lock()
+		defer a.scanMu.Unlock()
+		if a.closed {
+			return
+		}
 		a.scans.Add(1)
 		go func() {
 			defer a.scans.Done()
@@ -204,6 +213,9 @@ func (a *Archive) Path() string { return a.path }
 // Close releases the handle's connections, after a rescan of its page
 // links in flight (blobpages.go). It never checkpoints.
 func (a *Archive) Close() error {
+	a.scanMu.Lock()
+	a.closed = true
+	a.scanMu.Unlock()
 	a.scans.Wait()
 	err := a.db.Close()
 	a.blobBufs.close()
