@@ -248,3 +248,102 @@ func evictCutoff(t *testing.T, a *archive.Archive, src archive.SourceID, n int) 
 	})
 	return cutoff
 }
+
+// While a writer appends, seals, evicts (which reclaims, moving pages) and
+// checkpoints, a reader in the same process reads segments in place, and
+// every range it reads equals the same range of the BLOB read whole
+// through SQL in the same snapshot.
+func TestRawPagesUnderAWriter(t *testing.T) {
+	ctx := at.Ctx(t)
+	w := at.NewWriter(t, archive.WriterOptions{Encoder: blobEncoder{}, CheckpointInterval: 50 * time.Millisecond})
+	s, err := w.AddSource(ctx, archive.SourceSpec{}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := s.ID()
+	a, err := archive.Open(w.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+
+	stop := make(chan struct{})
+	writerDone := make(chan error, 1)
+	go func() {
+		r := rand.New(rand.NewPCG(11, 12))
+		ts := int64(0)
+		for round := 0; ; round++ {
+			select {
+			case <-stop:
+				writerDone <- nil
+				return
+			default:
+			}
+			var rows []archive.Row
+			for range 20 + r.IntN(200) {
+				ts++
+				rows = append(rows, archive.Row{Stream: "s", TS: ts, Data: randomBytes(r, 500+r.IntN(6000))})
+			}
+			if _, err := w.AppendWait(ctx, []archive.SourceRows{{Source: src, Rows: rows}}, false); err != nil {
+				writerDone <- err
+				return
+			}
+			if _, err := w.SealWait(ctx, src, []string{"s"}); err != nil {
+				writerDone <- err
+				return
+			}
+			if round%4 == 3 { // the older half goes: free pages past a tenth reclaim
+				if _, err := w.EvictBefore(ctx, src, ts-ts/3); err != nil {
+					writerDone <- err
+					return
+				}
+			}
+		}
+	}()
+
+	r := rand.New(rand.NewPCG(13, 14))
+	var ranges, inPlace int
+	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); {
+		view(t, a, func(tx *archive.ReadTx) error {
+			metas, err := tx.StreamSegmentMetas(src, "s")
+			if err != nil {
+				return err
+			}
+			for range min(len(metas), 4) {
+				m := metas[r.IntN(len(metas))]
+				whole, ok, err := tx.SegmentBytes(src, "s", m.Seq)
+				if err != nil || !ok {
+					t.Fatalf("SegmentBytes(%d): %v %v", m.Seq, ok, err)
+				}
+				b, ok, err := tx.OpenListedSegment(src, m)
+				if err != nil || !ok {
+					t.Fatalf("OpenListedSegment(%d): %v %v", m.Seq, ok, err)
+				}
+				for range 20 {
+					off := r.IntN(len(whole))
+					p := make([]byte, 1+r.IntN(min(len(whole)-off, 64<<10)))
+					if n, err := b.ReadAt(p, int64(off)); n != len(p) || err != nil {
+						t.Fatalf("segment %d: ReadAt(%d, %d) = %d, %v", m.Seq, len(p), off, n, err)
+					}
+					if !bytes.Equal(p, whole[off:off+len(p)]) {
+						t.Fatalf("segment %d (%d bytes): ReadAt(%d, %d) differs from the BLOB read whole", m.Seq, len(whole), len(p), off)
+					}
+					ranges++
+				}
+				if archive.ReadsInPlaceForTest(b) {
+					inPlace++
+				}
+			}
+			return nil
+		})
+	}
+	close(stop)
+	if err := <-writerDone; err != nil {
+		t.Fatal(err)
+	}
+	st := w.Stats()
+	t.Logf("%d ranges compared, %d segment reads in place; writer: %d reclaims, %d checkpoints", ranges, inPlace, st.Reclaims, st.Checkpoints)
+	if inPlace == 0 || st.Reclaims == 0 {
+		t.Fatalf("in place %d, reclaims %d: the test did not read in place while pages moved", inPlace, st.Reclaims)
+	}
+}
