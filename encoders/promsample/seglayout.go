@@ -206,7 +206,7 @@ type PageCache interface {
 // given to, pc; nil is no cache. r is read only for pages pc does not
 // hold, so a caller can open it lazily.
 func (l *SegmentLayout) NewCachedReader(r io.ReaderAt, pc PageCache) (*SegmentReader, error) {
-	vr := &verifiedReader{r: r, size: l.size, pinned: l.pidx, pinnedAt: l.pidxAt, pages: l.pages, pc: pc}
+	vr := &verifiedReader{r: r, size: l.size, pinned: l.pidx, pinnedAt: l.pidxAt, pages: l.pages, pc: pc, lazy: true}
 	// With the metadata given, NewParquetReader reads nothing.
 	f, err := file.NewParquetReader(vr, file.WithReadProps(readProps()), file.WithMetadata(l.md))
 	if err != nil {
@@ -261,6 +261,9 @@ type verifiedReader struct {
 	data     map[int][]byte // pages[k]'s bytes once read and verified
 	pc       PageCache      // nil: none
 	pos      int64          // for Seek
+	// lazy: a read that reaches a page not read yet, after bytes of
+	// another, stops there (see ReadAt).
+	lazy bool
 }
 
 // Seek is what the Parquet reader asks of a source besides ReadAt: where
@@ -280,6 +283,17 @@ func (v *verifiedReader) Seek(offset int64, whence int) (int64, error) {
 	return v.pos, nil
 }
 
+// ReadAt reads len(p) bytes at off, as io.ReaderAt does, except that a
+// lazy reader returns fewer, and no error, when the read reaches a page
+// of a paged column that it has not read yet after it copied bytes of
+// another: the Parquet reader reads a column chunk through a buffer of
+// 16 KiB (io.SectionReader.Read, then its own bufio-like reader, both
+// io.Reader: a short read is a read), and refilling it after a page's
+// body read ahead into the next page. That page is read whole and
+// checked, ~29 KB at 4,096 rows, for nothing when the series asked for
+// ends before it: a one-series read of a segment read two value pages
+// where it needed one. Nothing reads a lazy reader but that buffer
+// (NewCachedReader).
 func (v *verifiedReader) ReadAt(p []byte, off int64) (int, error) {
 	if off < 0 || off >= v.size {
 		return 0, io.EOF
@@ -299,6 +313,9 @@ func (v *verifiedReader) ReadAt(p []byte, off int64) (int, error) {
 			pg := &v.pages[k]
 			data, ok := v.data[k]
 			if !ok {
+				if v.lazy && n > 0 {
+					return n, nil
+				}
 				var err error
 				if data, err = v.page(pg); err != nil {
 					return n, err

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/apache/arrow-go/v18/parquet/file"
 	"github.com/prometheus/prometheus/model/labels"
 
 	"github.com/dendro-receiver/dendro-receiver/archive"
@@ -478,4 +479,95 @@ func FuzzSegmentReader(f *testing.F) {
 		}
 		_ = sr.ReadRun(ords, math.MinInt64, math.MaxInt64, func(int, *Series) error { return nil })
 	})
+}
+
+// A one-series read takes, of the value column, exactly the pages that
+// hold the series' rows: the Parquet reader's buffer reads ahead past a
+// page's end, and the reader must not read and check the next page for
+// it (verifiedReader.lazy). The series are long enough for a page of
+// 4,096 rows to be larger than that 16 KiB buffer, as in an archive.
+func TestSeriesReadTakesOnlyItsValuePages(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	var b Batch
+	for i := range 3000 {
+		s := Series{Labels: labels.FromStrings("__name__", "m", "id", fmt.Sprintf("%05d", i))}
+		for k := range 20 {
+			// Values that do not compress, as a counter's fractions do not.
+			s.Samples = append(s.Samples, Sample{T: int64(k) * 15000, V: r.Float64() * 1e6})
+		}
+		b.Series = append(b.Series, s)
+	}
+	seg, x := encodeFor(t, &Encoder{}, []Batch{b})
+	// The value column's pages, from the segment's own offset index.
+	f, err := file.NewParquetReader(bytes.NewReader(seg.Bytes))
+	if err != nil {
+		t.Fatal(err)
+	}
+	col := f.MetaData().Schema.ColumnIndexByName(ColValue)
+	type page struct{ off, first, end int64 }
+	var pages []page
+	var rgStart int64
+	for g := range f.NumRowGroups() {
+		rgi, err := f.GetPageIndexReader().RowGroup(g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		oi, err := rgi.GetOffsetIndex(col)
+		if err != nil {
+			t.Fatal(err)
+		}
+		locs := oi.GetPageLocations()
+		n := f.RowGroup(g).NumRows()
+		cc, err := f.MetaData().RowGroup(g).ColumnChunk(col)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if avg := cc.TotalCompressedSize() / int64(len(locs)); avg < 20<<10 {
+			t.Fatalf("row group %d: value pages of %d bytes on average, want more than the 16 KiB buffer", g, avg)
+		}
+		for k, l := range locs {
+			end := n
+			if k+1 < len(locs) {
+				end = locs[k+1].FirstRowIndex
+			}
+			pages = append(pages, page{l.Offset, rgStart + l.FirstRowIndex, rgStart + end})
+		}
+		rgStart += n
+	}
+	if len(pages) < 4 {
+		t.Fatalf("%d value pages, want several", len(pages))
+	}
+	l, err := OpenSegmentLayout(bytes.NewReader(seg.Bytes), int64(len(seg.Bytes)), x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, i := range []int{0, 1, x.Table.Len() / 3, x.Table.Len() / 2, x.Table.Len() - 1} {
+		pc := &mapPages{}
+		sr, err := l.NewCachedReader(bytes.NewReader(seg.Bytes), pc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var s Series
+		if err := sr.ReadSeries(i, math.MinInt64, math.MaxInt64, &s); err != nil {
+			t.Fatal(err)
+		}
+		if len(s.Samples) != 20 {
+			t.Fatalf("series %d: %d samples, want 20", i, len(s.Samples))
+		}
+		from, to := sr.SeriesRows(i)
+		var want, got []int64
+		for _, p := range pages {
+			if p.first < to && p.end > from {
+				want = append(want, p.off)
+			}
+			for k := range pc.pages {
+				if int64(k[0]) == p.off {
+					got = append(got, p.off)
+				}
+			}
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("series %d (rows %d-%d): read the value pages at %v, want %v", i, from, to, got, want)
+		}
+	}
 }
