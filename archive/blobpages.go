@@ -10,6 +10,7 @@ import (
 	"math"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"modernc.org/libc"
@@ -71,9 +72,12 @@ const jumpScanEvery = 30 * time.Second
 // size follows the scattered links, not the archive: 8 bytes each (179 k
 // of them, 1.4 MB, in an hour of a million series, 1.6 GB).
 type pageJumps struct {
+	// links, sorted by from, is replaced whole by a scan and never
+	// modified: a question reads it without a lock (one look-up a
+	// scattered link, ~1,000 in a segment read at its middle).
+	links   atomic.Pointer[[]jump]
 	mu      sync.Mutex
-	links   []jump // by from
-	scanned time.Time
+	scanned time.Time // under mu
 	// rescan scans the pointer map again off the caller's goroutine.
 	rescan func()
 }
@@ -82,13 +86,16 @@ type pageJumps struct {
 type jump struct{ from, to uint32 }
 
 func (j *pageJumps) get(from uint32) (uint32, bool) {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	i, found := slices.BinarySearchFunc(j.links, from, func(l jump, from uint32) int { return cmp.Compare(l.from, from) })
+	lp := j.links.Load()
+	if lp == nil {
+		return 0, false
+	}
+	links := *lp
+	i, found := slices.BinarySearchFunc(links, from, func(l jump, from uint32) int { return cmp.Compare(l.from, from) })
 	if !found {
 		return 0, false
 	}
-	return j.links[i].to, true
+	return links[i].to, true
 }
 
 // claimScan reports whether the caller may have the map rescanned now,
@@ -105,8 +112,9 @@ func (j *pageJumps) claimScan(now time.Time) bool {
 
 // set replaces the links with a scan's, made now.
 func (j *pageJumps) set(links []jump, now time.Time) {
+	j.links.Store(&links)
 	j.mu.Lock()
-	j.links, j.scanned = links, now
+	j.scanned = now
 	j.mu.Unlock()
 }
 
@@ -130,22 +138,27 @@ const maxKeptPtrmaps = 256
 // sqlite_dbpage, and the pointer-map and interior pages read so far. It
 // belongs to one ReadTx and is finalized before the snapshot ends.
 type pageReader struct {
-	stmt     uintptr
-	size     int    // page size
-	usable   int    // page size less the reserved bytes at each page's end
-	pages    uint32 // the snapshot's page count
-	pending  uint32
-	root     uint32 // the segments table's root page
-	bytesCol int    // the bytes column's position in a segments record
-	ptrmaps  map[uint32][]byte
-	interior map[uint32][]byte
-	buf      []byte
+	stmt      uintptr
+	size      int    // page size
+	usable    int    // page size less the reserved bytes at each page's end
+	pages     uint32 // the snapshot's page count
+	pending   uint32
+	root      uint32 // the segments table's root page
+	bytesCol  int    // the bytes column's position in a segments record
+	ptrmaps   map[uint32][]byte
+	fromPage1 bool // the geometry is page 1's and the place's, not asked in SQL
+	// lastMap is the pointer-map page last asked for, and its bytes.
+	lastMap     uint32
+	lastMapPage []byte
+	interior    map[uint32][]byte
+	buf         []byte
 }
 
 // pageGeometry is what a pageReader needs from SQL, asked before the
 // driver's connection is taken (Conn.Raw holds it).
 type pageGeometry struct {
 	root, bytesCol, pageSize, pageCount int64
+	cookie                              uint32 // the schema cookie root and bytesCol hold under
 }
 
 func (tx *ReadTx) pageGeometry() (pageGeometry, error) {
@@ -154,18 +167,85 @@ func (tx *ReadTx) pageGeometry() (pageGeometry, error) {
 		(SELECT rootpage FROM sqlite_schema WHERE type = 'table' AND name = 'segments'),
 		(SELECT cid FROM pragma_table_info('segments') WHERE name = 'bytes'),
 		(SELECT page_size FROM pragma_page_size),
-		(SELECT page_count FROM pragma_page_count)`).Scan(&g.root, &g.bytesCol, &g.pageSize, &g.pageCount)
+		(SELECT page_count FROM pragma_page_count),
+		(SELECT schema_version FROM pragma_schema_version)`).Scan(&g.root, &g.bytesCol, &g.pageSize, &g.pageCount, &g.cookie)
 	if err != nil {
 		return g, fmt.Errorf("%w: %v", errRawPages, err)
 	}
 	return g, nil
 }
 
-// newPageReader prepares the statement and checks the page geometry.
-func newPageReader(tls *libc.TLS, db uintptr, g pageGeometry) (*pageReader, error) {
-	if g.root < 2 || g.root > g.pageCount || g.pageCount > math.MaxInt32 || g.bytesCol < 0 || g.pageSize < 512 || g.pageSize > 65536 {
-		return nil, errRawPages
+// segmentsPlace is where a handle's snapshots found the segments table's
+// root page and the bytes column, and under which schema cookie. Both
+// change only with the schema, and SQLite changes the cookie (page 1,
+// offset 40) with every change of the schema, VACUUM included, so a
+// snapshot whose page 1 shows the same cookie has them where they were,
+// and its pageReader needs no SQL: asking pageGeometry, a statement
+// parsed anew in every snapshot, was ~5% of a one-series query_range at
+// a million series.
+type segmentsPlace struct {
+	at atomic.Pointer[placeAt]
+}
+
+type placeAt struct {
+	cookie   uint32
+	root     uint32
+	bytesCol int
+}
+
+// errNoPlace: the snapshot's page 1 is not enough to read in place
+// (another schema cookie, or its in-header page count not valid); the
+// caller asks pageGeometry and tries again.
+var errNoPlace = errors.New("archive: page geometry unknown")
+
+// openPages makes the snapshot's pageReader, on first use: from page 1
+// and the handle's segmentsPlace, or, when they are not enough, from
+// pageGeometry.
+func (tx *ReadTx) openPages(conn *sql.Conn) error {
+	if tx.pages != nil {
+		return nil
 	}
+	if tx.pagesFailed {
+		return errRawPages
+	}
+	var g *pageGeometry
+	for {
+		err := conn.Raw(func(dc any) error {
+			db, tls, ok := blobHandle(dc)
+			if !ok {
+				return errRawPages
+			}
+			r, err := newPageReader(tls, db, tx.place, g)
+			if err != nil {
+				return err
+			}
+			tx.pages = r
+			return nil
+		})
+		if g != nil || !errors.Is(err, errNoPlace) {
+			if err != nil {
+				tx.pagesFailed = true
+			}
+			return err
+		}
+		asked, err := tx.pageGeometry()
+		if err != nil {
+			tx.pagesFailed = true
+			return err
+		}
+		g = &asked
+	}
+}
+
+// newPageReader prepares the statement and reads the snapshot's geometry
+// from its page 1: the page size, the page count (the in-header database
+// size, which SQLite keeps valid, and says so by equal change counter and
+// version-valid-for numbers, fileformat2 §1.3.6) and the schema cookie,
+// under which place, when set, knows where the segments are. g, when not
+// nil, is the snapshot's geometry asked in SQL, and is remembered in
+// place. Errors match errNoPlace when g is needed, errRawPages when the
+// snapshot cannot be read in place.
+func newPageReader(tls *libc.TLS, db uintptr, place *segmentsPlace, g *pageGeometry) (*pageReader, error) {
 	z, err := libc.CString("SELECT data FROM sqlite_dbpage WHERE pgno = ?1")
 	if err != nil {
 		return nil, err
@@ -180,24 +260,65 @@ func newPageReader(tls *libc.TLS, db uintptr, g pageGeometry) (*pageReader, erro
 		return nil, fmt.Errorf("%w: prepare: %v", errRawPages, sqliteCodeError(tls, db, rc))
 	}
 	r := &pageReader{
-		stmt: uintptr(binary.NativeEndian.Uint64(libc.GoBytes(pp, 8))),
-		size: int(g.pageSize), pages: uint32(g.pageCount), root: uint32(g.root), bytesCol: int(g.bytesCol),
+		stmt:    uintptr(binary.NativeEndian.Uint64(libc.GoBytes(pp, 8))),
+		pages:   1, // enough to read page 1
 		ptrmaps: map[uint32][]byte{}, interior: map[uint32][]byte{},
 	}
-	// The reserved bytes at the end of every page: byte 20 of the header.
-	p1, err := r.page(tls, 1)
-	if err != nil {
+	if err := r.geometry(tls, place, g); err != nil {
 		r.close(tls)
 		return nil, err
 	}
+	return r, nil
+}
+
+// geometry reads page 1 and sets the reader's geometry (see
+// newPageReader).
+func (r *pageReader) geometry(tls *libc.TLS, place *segmentsPlace, g *pageGeometry) error {
+	p1, err := r.page(tls, 1)
+	if err != nil {
+		return err
+	}
+	r.size = len(p1)
+	if r.size < 512 || r.size > 65536 || r.size&(r.size-1) != 0 {
+		return errRawPages
+	}
+	// The header's page size: 1 means 65,536.
+	if hs := int(binary.BigEndian.Uint16(p1[16:])); hs != r.size && !(hs == 1 && r.size == 65536) {
+		return errRawPages
+	}
+	// The reserved bytes at the end of every page: byte 20 of the header.
 	r.usable = r.size - int(p1[20])
 	r.pending = uint32(0x40000000/r.size) + 1 // the page holding the lock byte, never used
 	if r.usable < 480 || binary.BigEndian.Uint32(p1[52:]) == 0 {
 		// No auto-vacuum (largest root page 0): no pointer map to check against.
-		r.close(tls)
-		return nil, errRawPages
+		return errRawPages
 	}
-	return r, nil
+	cookie := binary.BigEndian.Uint32(p1[40:])
+	if g != nil {
+		if g.pageSize != int64(r.size) || g.pageCount < 1 || g.pageCount > math.MaxInt32 ||
+			g.root < 2 || g.root > math.MaxInt32 || g.bytesCol < 0 || g.bytesCol > math.MaxInt32 || g.cookie != cookie {
+			return errRawPages
+		}
+		r.pages, r.root, r.bytesCol = uint32(g.pageCount), uint32(g.root), int(g.bytesCol)
+		if place != nil {
+			place.at.Store(&placeAt{cookie: cookie, root: r.root, bytesCol: r.bytesCol})
+		}
+	} else {
+		at := (*placeAt)(nil)
+		if place != nil {
+			at = place.at.Load()
+		}
+		size := binary.BigEndian.Uint32(p1[28:])
+		if at == nil || at.cookie != cookie || size == 0 || binary.BigEndian.Uint32(p1[92:]) != binary.BigEndian.Uint32(p1[24:]) {
+			return errNoPlace
+		}
+		r.pages, r.root, r.bytesCol = size, at.root, at.bytesCol
+		r.fromPage1 = true
+	}
+	if r.root > r.pages || r.pages > math.MaxInt32 {
+		return errRawPages
+	}
+	return nil
 }
 
 func (r *pageReader) close(tls *libc.TLS) {
@@ -220,7 +341,7 @@ func (r *pageReader) page(tls *libc.TLS, pgno uint32) ([]byte, error) {
 	}
 	n := int(sqlite3.Xsqlite3_column_bytes(tls, r.stmt, 0))
 	p := sqlite3.Xsqlite3_column_blob(tls, r.stmt, 0)
-	if p == 0 || n != r.size {
+	if p == 0 || n != r.size && r.size != 0 || n == 0 {
 		return nil, fmt.Errorf("%w: page %d is %d bytes", errRawPages, pgno, n)
 	}
 	if cap(r.buf) < n {
@@ -264,10 +385,17 @@ func (r *pageReader) ptrmapOf(pgno uint32) uint32 {
 // ptrmap returns pointer-map page m, kept for the snapshot (at most
 // maxKeptPtrmaps of them).
 func (r *pageReader) ptrmap(tls *libc.TLS, m uint32) ([]byte, error) {
+	if m == r.lastMap && r.lastMapPage != nil {
+		return r.lastMapPage, nil // a chain's links are mostly under one map page
+	}
 	if _, kept := r.ptrmaps[m]; !kept && len(r.ptrmaps) >= maxKeptPtrmaps {
 		clear(r.ptrmaps)
 	}
-	return r.keep(tls, r.ptrmaps, m)
+	p, err := r.keep(tls, r.ptrmaps, m)
+	if err == nil {
+		r.lastMap, r.lastMapPage = m, p
+	}
+	return p, err
 }
 
 // parentIs reports whether pgno's pointer-map entry is (typ, parent).
@@ -637,26 +765,13 @@ func (s *rawSegment) readAt(tx *ReadTx, conn *sql.Conn, p []byte, off, size int6
 	if s.failed || tx.pagesFailed {
 		return false
 	}
-	var geom pageGeometry
-	if tx.pages == nil {
-		var err error
-		if geom, err = tx.pageGeometry(); err != nil {
-			tx.pagesFailed = true
-			return false
-		}
+	if err := tx.openPages(conn); err != nil {
+		return false
 	}
 	err := conn.Raw(func(dc any) error {
-		db, tls, ok := blobHandle(dc)
+		_, tls, ok := blobHandle(dc)
 		if !ok {
 			return errRawPages
-		}
-		if tx.pages == nil {
-			r, err := newPageReader(tls, db, geom)
-			if err != nil {
-				tx.pagesFailed = true
-				return err
-			}
-			tx.pages = r
 		}
 		if !s.located {
 			c, err := tx.pages.findCell(tls, s.rowid)
@@ -723,20 +838,15 @@ func (a *Archive) WarmPageJumps(ctx context.Context) error {
 		if !ok {
 			return nil
 		}
-		g, err := tx.pageGeometry()
-		if err != nil {
+		if err := tx.openPages(conn); err != nil {
 			return nil // not readable in place: questions read through SQLite
 		}
 		return conn.Raw(func(dc any) error {
-			db, tls, ok := blobHandle(dc)
+			_, tls, ok := blobHandle(dc)
 			if !ok {
 				return nil
 			}
-			r, err := newPageReader(tls, db, g)
-			if err != nil {
-				return nil
-			}
-			defer r.close(tls)
+			r := tx.pages // closed with the snapshot
 			links, err := r.scanJumps(tls)
 			if err != nil {
 				return nil

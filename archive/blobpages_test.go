@@ -2,6 +2,7 @@ package archive_test
 
 import (
 	"bytes"
+	"database/sql"
 	"fmt"
 	"math/rand/v2"
 	"testing"
@@ -302,7 +303,7 @@ func TestRawPagesUnderAWriter(t *testing.T) {
 	}()
 
 	r := rand.New(rand.NewPCG(13, 14))
-	var ranges, inPlace int
+	var ranges, inPlace, snapshots, page1 int
 	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); {
 		view(t, a, func(tx *archive.ReadTx) error {
 			metas, err := tx.StreamSegmentMetas(src, "s")
@@ -334,16 +335,108 @@ func TestRawPagesUnderAWriter(t *testing.T) {
 					inPlace++
 				}
 			}
+			// The geometry a snapshot read from its page 1 is what SQL
+			// says of it, whatever the writer did since the last.
+			used, asked, fromPage1, ok, err := archive.PageGeometryForTest(tx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ok {
+				if used != asked {
+					t.Fatalf("in-place reader's page count, root, bytes column %v; SQL says %v", used, asked)
+				}
+				snapshots++
+				if fromPage1 {
+					page1++
+				}
+			}
 			return nil
 		})
+	}
+	if snapshots == 0 || page1 < snapshots-1 {
+		t.Errorf("%d of %d snapshots took their geometry from page 1, want all but the first", page1, snapshots)
 	}
 	close(stop)
 	if err := <-writerDone; err != nil {
 		t.Fatal(err)
 	}
 	st := w.Stats()
-	t.Logf("%d ranges compared, %d segment reads in place; writer: %d reclaims, %d checkpoints", ranges, inPlace, st.Reclaims, st.Checkpoints)
+	t.Logf("%d ranges compared, %d segment reads in place, %d snapshots (%d geometries from page 1); writer: %d reclaims, %d checkpoints",
+		ranges, inPlace, snapshots, page1, st.Reclaims, st.Checkpoints)
 	if inPlace == 0 || st.Reclaims == 0 {
 		t.Fatalf("in place %d, reclaims %d: the test did not read in place while pages moved", inPlace, st.Reclaims)
+	}
+}
+
+// A read handle remembers where the segments table is under the schema
+// cookie it found it under. After a schema change (here a table another
+// connection adds; in an auto-vacuum file that moves the page where its
+// root goes to the end) the next snapshot asks SQL again, reads the
+// right bytes, and reads in place again once the moved link is known.
+func TestRawPagesAfterASchemaChange(t *testing.T) {
+	r := rand.New(rand.NewPCG(15, 16))
+	h, path := newHandle(t)
+	src := addSrc(t, h, map[string]string{"name": "a"})
+	want := map[int64][]byte{}
+	update(t, h, func(tx *archive.WriteTx) error {
+		for seq := int64(0); seq < 4; seq++ {
+			want[seq] = randomBytes(r, 50<<10+int(seq))
+			if err := tx.InsertSegment(src, "s", seq, &archive.Segment{Bytes: want[seq], Rows: 1, FirstTS: seq + 1, LastTS: seq + 1}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	a := openRead(t, path)
+	// geometry reads every segment in one snapshot and reports whether
+	// its reader took the geometry from page 1.
+	geometry := func() (fromPage1 bool) {
+		t.Helper()
+		view(t, a, func(tx *archive.ReadTx) error {
+			for seq, payload := range want {
+				b, ok, err := tx.OpenSegment(src, "s", seq)
+				if err != nil || !ok {
+					t.Fatalf("OpenSegment: %v %v", ok, err)
+				}
+				p := make([]byte, 100)
+				if _, err := b.ReadAt(p, 20<<10); err != nil || !bytes.Equal(p, payload[20<<10:20<<10+100]) {
+					t.Fatalf("segment %d: ReadAt: %v, or other bytes", seq, err)
+				}
+			}
+			used, asked, page1, ok, err := archive.PageGeometryForTest(tx)
+			if err != nil || !ok || used != asked {
+				t.Fatalf("geometry %v, SQL says %v (reader %v, %v)", used, asked, ok, err)
+			}
+			fromPage1 = page1
+			return nil
+		})
+		return fromPage1
+	}
+	// WarmPageJumps's snapshot asks SQL and remembers the answer.
+	if err := a.WarmPageJumps(at.Ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	if !geometry() {
+		t.Fatal("the snapshot after WarmPageJumps asked SQL for its geometry again")
+	}
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.Exec("CREATE TABLE later_addition (x INTEGER)"); err != nil {
+		t.Fatal(err)
+	}
+	if geometry() {
+		t.Fatal("after a schema change the snapshot took its geometry from page 1")
+	}
+	if !geometry() {
+		t.Fatal("after a schema change the geometry was not remembered again")
+	}
+	if err := a.WarmPageJumps(at.Ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	if n := checkSegments(t, a, src, "s", want, r); n > 0 {
+		t.Fatalf("%d segments were not read in place", n)
 	}
 }

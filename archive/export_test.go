@@ -82,7 +82,22 @@ func ReadsInPlaceForTest(b *SegmentBlob) bool {
 
 // PageJumpsForTest reports how many scattered links a knows.
 func PageJumpsForTest(a *Archive) int {
-	a.jumps.mu.Lock()
-	defer a.jumps.mu.Unlock()
-	return len(a.jumps.links)
+	if lp := a.jumps.links.Load(); lp != nil {
+		return len(*lp)
+	}
+	return 0
+}
+
+// PageGeometryForTest returns the page count, segments root page and bytes
+// column the snapshot's in-place reader uses, whether it took them from
+// page 1 (not SQL), and what SQL says of the same snapshot; ok is false
+// when the snapshot has no in-place reader.
+func PageGeometryForTest(tx *ReadTx) (used, asked [3]int64, fromPage1, ok bool, err error) {
+	if tx.pages == nil {
+		return used, asked, false, false, nil
+	}
+	used = [3]int64{int64(tx.pages.pages), int64(tx.pages.root), int64(tx.pages.bytesCol)}
+	g, err := tx.pageGeometry()
+	asked = [3]int64{g.pageCount, g.root, g.bytesCol}
+	return used, asked, tx.pages.fromPage1, true, err
 }

@@ -36,6 +36,8 @@ type Archive struct {
 	// jumps are the scattered links of the segments' page chains
 	// (blobpages.go); nil reads every segment through sqlite3_blob_read.
 	jumps *pageJumps
+	// place is where the segments table was found (blobpages.go).
+	place *segmentsPlace
 	// scans are the rescans of jumps in flight, which Close waits for;
 	// once closed, none starts.
 	scanMu sync.Mutex
@@ -187,7 +189,7 @@ func openRead(path string, immutable bool, opts ReadOptions) (*Archive, error) {
 		db.Close()
 		return nil, err
 	}
-	a := &Archive{path: path, db: db, immutable: immutable, jumps: &pageJumps{}}
+	a := &Archive{path: path, db: db, immutable: immutable, jumps: &pageJumps{}, place: &segmentsPlace{}}
 	a.jumps.rescan = func() {
 		a.scanMu.Lock()
 		defer a.scanMu.Unlock()

@@ -75,6 +75,7 @@ type ReadTx struct {
 	// blobs read their pages in place through pages (blobpages.go);
 	// pagesFailed says the snapshot cannot.
 	jumps       *pageJumps
+	place       *segmentsPlace
 	pages       *pageReader
 	pagesFailed bool
 	// version is the snapshot's data_version once asked (dataVersion).
@@ -124,7 +125,7 @@ func (a *Archive) View(ctx context.Context, fn func(tx *ReadTx) error) (err erro
 	if _, err := conn.ExecContext(ctx, "BEGIN DEFERRED"); err != nil {
 		return sqlErr("archive: begin snapshot", err)
 	}
-	tx := &ReadTx{ctx: ctx, q: conn, hasUUID: &a.uuidColumn, pinned: a.pinned != nil, bufs: &a.blobBufs, jumps: a.jumps}
+	tx := &ReadTx{ctx: ctx, q: conn, hasUUID: &a.uuidColumn, pinned: a.pinned != nil, bufs: &a.blobBufs, jumps: a.jumps, place: a.place}
 	defer func() {
 		// Always end the snapshot, even when fn panics; use a fresh context
 		// so a canceled request still releases its snapshot. BLOB handles
