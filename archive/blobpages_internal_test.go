@@ -1,6 +1,10 @@
 package archive
 
-import "testing"
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+)
 
 // A page of an archive is read from disk, so parseCell must refuse any
 // bytes that are not a cell it understands, never panic or read past the
@@ -51,6 +55,35 @@ func TestVarint(t *testing.T) {
 		got, n, ok := varint(c.in)
 		if got != c.want || n != c.n || ok != c.ok {
 			t.Errorf("varint(%x) = %d, %d, %v; want %d, %d, %v", c.in, got, n, ok, c.want, c.n, c.ok)
+		}
+	}
+}
+
+// A jump index finds every link it holds and nothing else, whatever the
+// links' spread: runs of 64 pages with no link, with a link from every
+// page, and pages past the last link.
+func TestJumpIndex(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	for _, density := range []float64{0, 0.001, 0.05, 0.5, 1} {
+		want := map[uint32]uint32{}
+		var links []jump
+		for from := uint32(2); from < 5000; from++ {
+			if r.Float64() < density {
+				to := 2 + r.Uint32N(5000)
+				want[from] = to
+				links = append(links, jump{from, to})
+			}
+		}
+		x := newJumpIndex(links)
+		for from := uint32(0); from < 5200; from++ {
+			to, ok := x.get(from)
+			wto, wok := want[from]
+			if ok != wok || to != wto {
+				t.Fatalf("density %v: get(%d) = %d, %v; want %d, %v", density, from, to, ok, wto, wok)
+			}
+		}
+		if _, ok := x.get(math.MaxUint32); ok {
+			t.Fatalf("density %v: found a link from the last page number", density)
 		}
 	}
 }

@@ -82,8 +82,8 @@ func ReadsInPlaceForTest(b *SegmentBlob) bool {
 
 // PageJumpsForTest reports how many scattered links a knows.
 func PageJumpsForTest(a *Archive) int {
-	if lp := a.jumps.links.Load(); lp != nil {
-		return len(*lp)
+	if x := a.jumps.links.Load(); x != nil {
+		return len(x.links)
 	}
 	return 0
 }
