@@ -331,13 +331,7 @@ func TestSegmentReaderSkipsColumnsTheRowsDoNotUse(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var s Series
-		if err := sr.ReadSeries(i, math.MinInt64, math.MaxInt64, &s); err != nil {
-			t.Fatal(err)
-		}
-		if len(s.Samples) != 20 {
-			t.Fatalf("series %d: %d samples, want 20", i, len(s.Samples))
-		}
+		readAllOf(t, sr, i, 20)
 		if sr.ival != nil || sr.div != nil || sr.hist != nil {
 			t.Errorf("series %d: made readers of columns a float series does not use", i)
 		}
@@ -547,13 +541,7 @@ func TestSeriesReadTakesOnlyItsValuePages(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var s Series
-		if err := sr.ReadSeries(i, math.MinInt64, math.MaxInt64, &s); err != nil {
-			t.Fatal(err)
-		}
-		if len(s.Samples) != 20 {
-			t.Fatalf("series %d: %d samples, want 20", i, len(s.Samples))
-		}
+		readAllOf(t, sr, i, 20)
 		from, to := sr.SeriesRows(i)
 		var want, got []int64
 		for _, p := range pages {
@@ -570,4 +558,18 @@ func TestSeriesReadTakesOnlyItsValuePages(t *testing.T) {
 			t.Errorf("series %d (rows %d-%d): read the value pages at %v, want %v", i, from, to, got, want)
 		}
 	}
+}
+
+// readAllOf reads series i of sr over all time and fails unless it holds
+// n float samples.
+func readAllOf(t *testing.T, sr *SegmentReader, i, n int) Series {
+	t.Helper()
+	var s Series
+	if err := sr.ReadSeries(i, math.MinInt64, math.MaxInt64, &s); err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Samples) != n {
+		t.Fatalf("series %d: %d samples, want %d", i, len(s.Samples), n)
+	}
+	return s
 }
