@@ -189,9 +189,10 @@ type pageReader struct {
 	usable    int    // page size less the reserved bytes at each page's end
 	pages     uint32 // the snapshot's page count
 	pending   uint32
-	root      uint32 // the segments table's root page
-	bytesCol  int    // the bytes column's position in a segments record
-	ptrmaps   map[uint32][]byte
+	root      uint32   // the segments table's root page
+	bytesCol  int      // the bytes column's position in a segments record
+	ptrmaps   [][]byte // by ordinal (see ptrmap); kept of them are set
+	kept      int
 	fromPage1 bool // the geometry is page 1's and the place's, not asked in SQL
 	// lastMap is the pointer-map page last asked for, and its bytes.
 	lastMap     uint32
@@ -306,9 +307,9 @@ func newPageReader(tls *libc.TLS, db uintptr, place *segmentsPlace, g *pageGeome
 		return nil, fmt.Errorf("%w: prepare: %v", errRawPages, sqliteCodeError(tls, db, rc))
 	}
 	r := &pageReader{
-		stmt:    uintptr(binary.NativeEndian.Uint64(libc.GoBytes(pp, 8))),
-		pages:   1, // enough to read page 1
-		ptrmaps: map[uint32][]byte{}, interior: map[uint32][]byte{},
+		stmt:     uintptr(binary.NativeEndian.Uint64(libc.GoBytes(pp, 8))),
+		pages:    1, // enough to read page 1
+		interior: map[uint32][]byte{},
 	}
 	if err := r.geometry(tls, place, g); err != nil {
 		r.close(tls)
@@ -434,14 +435,29 @@ func (r *pageReader) ptrmap(tls *libc.TLS, m uint32) ([]byte, error) {
 	if m == r.lastMap && r.lastMapPage != nil {
 		return r.lastMapPage, nil // a chain's links are mostly under one map page
 	}
-	if _, kept := r.ptrmaps[m]; !kept && len(r.ptrmaps) >= maxKeptPtrmaps {
+	// By the map page's ordinal, not in a map: a scattered chain asks
+	// for a different one at most links.
+	ord := int((m - 2) / (uint32(r.usable/5) + 1))
+	if ord < len(r.ptrmaps) && r.ptrmaps[ord] != nil {
+		r.lastMap, r.lastMapPage = m, r.ptrmaps[ord]
+		return r.ptrmaps[ord], nil
+	}
+	if r.kept >= maxKeptPtrmaps {
 		clear(r.ptrmaps)
+		r.kept = 0
 	}
-	p, err := r.keep(tls, r.ptrmaps, m)
-	if err == nil {
-		r.lastMap, r.lastMapPage = m, p
+	p, err := r.page(tls, m)
+	if err != nil {
+		return nil, err
 	}
-	return p, err
+	p = append([]byte(nil), p...)
+	if ord >= len(r.ptrmaps) {
+		r.ptrmaps = append(r.ptrmaps, make([][]byte, ord+1-len(r.ptrmaps))...)
+	}
+	r.ptrmaps[ord] = p
+	r.kept++
+	r.lastMap, r.lastMapPage = m, p
+	return p, nil
 }
 
 // parentIs reports whether pgno's pointer-map entry is (typ, parent).
@@ -751,16 +767,19 @@ func (r *pageReader) followRun(tls *libc.TLS, prev uint32, max int, chain *[]uin
 // reads the pages themselves, and has the map rescanned for the questions
 // after it.
 func (r *pageReader) nextPage(tls *libc.TLS, jumps *pageJumps, prev uint32) (uint32, error) {
-	guess := r.following(prev)
-	ok, err := r.parentIs(tls, guess, ptrmapOverflow2, prev)
-	if err != nil || ok {
-		return guess, err
-	}
+	// The jump first: nextPage is asked where followRun stopped, at a
+	// jump far more often than at the end of a pointer-map page's pages,
+	// and in a scattered chain at every link.
 	if q, known := jumps.get(prev); known {
 		ok, err := r.parentIs(tls, q, ptrmapOverflow2, prev)
 		if err != nil || ok {
 			return q, err
 		}
+	}
+	guess := r.following(prev)
+	ok, err := r.parentIs(tls, guess, ptrmapOverflow2, prev)
+	if err != nil || ok {
+		return guess, err
 	}
 	if jumps.rescan != nil && jumps.claimScan(time.Now()) {
 		jumps.rescan()
