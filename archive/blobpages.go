@@ -287,7 +287,9 @@ func (tx *ReadTx) openPages(conn *sql.Conn) error {
 // newPageReader prepares the statement and reads the snapshot's geometry
 // from its page 1: the page size, the page count (the in-header database
 // size, which SQLite keeps valid, and says so by equal change counter and
-// version-valid-for numbers, fileformat2 §1.3.6) and the schema cookie,
+// version-valid-for numbers, fileformat2 §1.3.6; when it is valid,
+// SQLite's own B-tree layer takes the snapshot's page count from it, so
+// it is what PRAGMA page_count answers) and the schema cookie,
 // under which place, when set, knows where the segments are. g, when not
 // nil, is the snapshot's geometry asked in SQL, and is remembered in
 // place. Errors match errNoPlace when g is needed, errRawPages when the
