@@ -729,7 +729,7 @@ func (s *rawSegment) link(tls *libc.TLS, r *pageReader, jumps *pageJumps, i int)
 	return s.chain[i], nil
 }
 
-// followRun appends to chain up to max links after prev that go to the
+// followRun appends to chain up to limit links after prev that go to the
 // following usable page, as nextPage's guess would, and returns how many
 // it appended. It checks them as parentIs does, but against one
 // pointer-map page read once for the run, so a chain written in one run
@@ -737,7 +737,7 @@ func (s *rawSegment) link(tls *libc.TLS, r *pageReader, jumps *pageJumps, i int)
 // 8 MB segment checks ~1,000 links). It stops at the first link that page
 // does not confirm: a jump, or the end of what the page maps, which
 // nextPage then resolves.
-func (r *pageReader) followRun(tls *libc.TLS, prev uint32, max int, chain *[]uint32) (int, error) {
+func (r *pageReader) followRun(tls *libc.TLS, prev uint32, limit int, chain *[]uint32) (int, error) {
 	g := r.following(prev)
 	if g < 3 || g > r.pages {
 		return 0, nil
@@ -750,7 +750,7 @@ func (r *pageReader) followRun(tls *libc.TLS, prev uint32, max int, chain *[]uin
 	n := 0
 	// following never returns a pointer-map page or the lock byte's, and
 	// every g here is one m maps: the conditions parentIs checks.
-	for n < max && g <= r.pages && r.ptrmapOf(g) == m {
+	for n < limit && g <= r.pages && r.ptrmapOf(g) == m {
 		off := 5 * int(g-m-1)
 		if off+5 > r.usable || pm[off] != ptrmapOverflow2 || binary.BigEndian.Uint32(pm[off+1:]) != prev {
 			break
@@ -763,8 +763,8 @@ func (r *pageReader) followRun(tls *libc.TLS, prev uint32, max int, chain *[]uin
 }
 
 // nextPage finds the overflow page after prev and checks it in the
-// snapshot's pointer map: first the following usable page (SQLite's own
-// guess, right for a chain written in one run), then the page jumps names.
+// snapshot's pointer map: first the page jumps names, then the following
+// usable page (SQLite's own guess, right for a chain written in one run).
 // A link neither finds makes the caller read through SQLite, whose walk
 // reads the pages themselves, and has the map rescanned for the questions
 // after it.
