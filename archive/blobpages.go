@@ -255,9 +255,8 @@ func (tx *ReadTx) openPages(conn *sql.Conn) error {
 	if tx.pagesFailed {
 		return errRawPages
 	}
-	var g *pageGeometry
-	for {
-		err := conn.Raw(func(dc any) error {
+	open := func(g *pageGeometry) error {
+		return conn.Raw(func(dc any) error {
 			db, tls, ok := blobHandle(dc)
 			if !ok {
 				return errRawPages
@@ -269,19 +268,18 @@ func (tx *ReadTx) openPages(conn *sql.Conn) error {
 			tx.pages = r
 			return nil
 		})
-		if g != nil || !errors.Is(err, errNoPlace) {
-			if err != nil {
-				tx.pagesFailed = true
-			}
-			return err
-		}
-		asked, err := tx.pageGeometry()
-		if err != nil {
-			tx.pagesFailed = true
-			return err
-		}
-		g = &asked
 	}
+	err := open(nil)
+	if errors.Is(err, errNoPlace) {
+		var g pageGeometry
+		if g, err = tx.pageGeometry(); err == nil {
+			err = open(&g)
+		}
+	}
+	if err != nil {
+		tx.pagesFailed = true
+	}
+	return err
 }
 
 // newPageReader prepares the statement and reads the snapshot's geometry
