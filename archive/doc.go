@@ -84,6 +84,14 @@
 // snapshot's auto-vacuum pointer map, so a stale map costs a walk through
 // SQLite, never a wrong byte.
 //
+// Knowing the segments have not changed: SQLite tells a reader that
+// something was committed, not what, and under ingest every commit is wal
+// rows. A read handle opened with its process's writer
+// (ReadOptions.Writer) gives each snapshot a segments epoch
+// (ReadTx.SegmentsEpoch) that moves only with commits that insert or
+// delete segments, so a reader keeps what it listed of them across
+// commits of rows (segments_epoch.go says why the epoch is exact).
+//
 // Ordering with the writer: AppendQueued returns once the writer's channel
 // took a tick, before its commit, so a caller can order its own next
 // message after it (the receiver closes an epoch this way without holding

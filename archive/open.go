@@ -38,6 +38,9 @@ type Archive struct {
 	jumps *pageJumps
 	// place is where the segments table was found (blobpages.go).
 	place *segmentsPlace
+	// segs is the followed writer's segments epoch (segments_epoch.go);
+	// nil: the handle claims none.
+	segs *segmentsEpoch
 	// scans are the rescans of jumps in flight, which Close waits for;
 	// once closed, none starts.
 	scanMu sync.Mutex
@@ -67,6 +70,11 @@ type ReadOptions struct {
 	// at 2 GiB. 0 means DefaultReadMapBytes, a negative value turns the
 	// map off. See DefaultReadMapBytes for why and what it costs.
 	MapBytes int64
+	// Writer, when set, is this process's writer of the same archive:
+	// the handle's snapshots then know from it whether the segments
+	// table changed between them (ReadTx.SegmentsEpoch). It must be the
+	// archive's writer (the same file) and outlive the handle's use.
+	Writer *Writer
 }
 
 // Read handle defaults. A reader's page cache mostly holds the wal rows of
@@ -190,6 +198,13 @@ func openRead(path string, immutable bool, opts ReadOptions) (*Archive, error) {
 		return nil, err
 	}
 	a := &Archive{path: path, db: db, immutable: immutable, jumps: &pageJumps{}, place: &segmentsPlace{}}
+	if opts.Writer != nil {
+		if !sameFile(path, opts.Writer.path) {
+			db.Close()
+			return nil, fmt.Errorf("archive: open %s: ReadOptions.Writer writes %s, another file", path, opts.Writer.path)
+		}
+		a.segs = &opts.Writer.segs
+	}
 	a.jumps.rescan = func() {
 		a.scanMu.Lock()
 		defer a.scanMu.Unlock()
@@ -458,4 +473,14 @@ func (h *WriteHandle) tidySidecars() error {
 		return sqlErr("archive: close "+h.path, err)
 	}
 	return nil
+}
+
+// sameFile reports whether paths a and b name the same file.
+func sameFile(a, b string) bool {
+	fa, err := os.Stat(a)
+	if err != nil {
+		return false
+	}
+	fb, err := os.Stat(b)
+	return err == nil && os.SameFile(fa, fb)
 }

@@ -83,6 +83,12 @@ type ReadTx struct {
 		v     int64
 		known bool
 	}
+	// segs is the snapshot's segments epoch, when it has one (View,
+	// segments_epoch.go).
+	segs struct {
+		epoch uint64
+		ok    bool
+	}
 }
 
 // columnCache remembers the answer to one "does this column exist"
@@ -122,6 +128,13 @@ func (a *Archive) View(ctx context.Context, fn func(tx *ReadTx) error) (err erro
 	if err != nil {
 		return err
 	}
+	// The writer's segments epoch, loaded before the snapshot starts and
+	// again after (segments_epoch.go). BEGIN DEFERRED starts nothing.
+	var before uint64
+	follow := a.segs != nil && a.pinned == nil
+	if follow {
+		before = a.segs.n.Load()
+	}
 	if _, err := conn.ExecContext(ctx, "BEGIN DEFERRED"); err != nil {
 		return sqlErr("archive: begin snapshot", err)
 	}
@@ -143,6 +156,15 @@ func (a *Archive) View(ctx context.Context, fn func(tx *ReadTx) error) (err erro
 			return err
 		}
 		st.saw(v)
+	}
+	if follow {
+		// dataVersion's pragma starts the snapshot (if the map's switch
+		// above has not), and a question asks it anyway (Version).
+		if _, err := tx.dataVersion(); err != nil {
+			return err
+		}
+		after := a.segs.n.Load()
+		tx.segs.epoch, tx.segs.ok = after, after == before && after%2 == 0
 	}
 	return fn(tx)
 }

@@ -18,11 +18,16 @@ import (
 type WriteTx struct {
 	ReadTx
 	insertWAL *sql.Stmt // optional prepared statement (the writer's hot path)
+	// segsChanged: a statement inserted or deleted segments rows
+	// (changeSegments), so the commit moves the writer's epoch.
+	segsChanged bool
 }
 
 // update runs fn in one IMMEDIATE transaction on conn: committed when fn
 // returns nil, rolled back otherwise (and when the commit itself fails).
-func update(ctx context.Context, conn *sql.Conn, insertWAL *sql.Stmt, fn func(*WriteTx) error) (err error) {
+// segs, when not nil, is the writer's segments epoch, which a commit that
+// changes segments moves before and after its COMMIT (segments_epoch.go).
+func update(ctx context.Context, conn *sql.Conn, insertWAL *sql.Stmt, segs *segmentsEpoch, fn func(*WriteTx) error) (err error) {
 	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
 		return sqlErr("begin", err)
 	}
@@ -31,8 +36,16 @@ func update(ctx context.Context, conn *sql.Conn, insertWAL *sql.Stmt, fn func(*W
 			conn.ExecContext(context.Background(), "ROLLBACK")
 		}
 	}()
-	if err := fn(&WriteTx{ReadTx: ReadTx{ctx: ctx, q: conn}, insertWAL: insertWAL}); err != nil {
+	tx := &WriteTx{ReadTx: ReadTx{ctx: ctx, q: conn}, insertWAL: insertWAL}
+	if err := fn(tx); err != nil {
 		return err
+	}
+	if segs != nil && tx.segsChanged {
+		// Odd from here until COMMIT has returned: a reader whose snapshot
+		// starts meanwhile may or may not see this commit, and must not
+		// claim an epoch.
+		segs.begin()
+		defer segs.end()
 	}
 	if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
 		return sqlErr("commit", err)
@@ -42,7 +55,7 @@ func update(ctx context.Context, conn *sql.Conn, insertWAL *sql.Stmt, fn func(*W
 
 // Update runs fn in one transaction on the write handle.
 func (h *WriteHandle) Update(ctx context.Context, fn func(*WriteTx) error) error {
-	return update(ctx, h.conn, nil, fn)
+	return update(ctx, h.conn, nil, nil, fn)
 }
 
 func (tx *WriteTx) exec(what, query string, args ...any) (int64, error) {
@@ -111,12 +124,12 @@ func (tx *WriteTx) InsertSegment(source SourceID, stream string, seq int64, seg 
 	if err != nil {
 		return err
 	}
-	if _, err := tx.exec("insert segment", `INSERT INTO segments (source_id, stream, seq, rows, first_ts, last_ts, bytes, caller_index)
+	if _, err := tx.changeSegments("insert segment", `INSERT INTO segments (source_id, stream, seq, rows, first_ts, last_ts, bytes, caller_index)
 		VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)`, source, stream, seq, seg.Rows, seg.FirstTS, seg.LastTS, nonNilBytes(seg.Bytes), seg.Index); err != nil {
 		return err
 	}
 	if placed {
-		_, err = tx.exec("insert segment: free the placeholder", `DELETE FROM segments WHERE source_id = ?1 AND stream = ?2 AND seq = ?3`,
+		_, err = tx.changeSegments("insert segment: free the placeholder", `DELETE FROM segments WHERE source_id = ?1 AND stream = ?2 AND seq = ?3`,
 			source, stream, placeholderSeq)
 	}
 	return err
@@ -177,7 +190,7 @@ func (tx *WriteTx) placeContiguously(source SourceID, stream string, size int) (
 	// An overflow page holds pageSize-4 bytes; the row's first bytes sit in
 	// its B-tree leaf. About right is enough: a page too few leaves one
 	// free page for the segment, one too many extends the file by a page.
-	_, err = tx.exec("insert segment: placeholder", `INSERT INTO segments (source_id, stream, seq, rows, first_ts, last_ts, bytes)
+	_, err = tx.changeSegments("insert segment: placeholder", `INSERT INTO segments (source_id, stream, seq, rows, first_ts, last_ts, bytes)
 		VALUES (?1, ?2, ?3, 0, 0, 0, zeroblob(?4))`, source, stream, placeholderSeq, free*(pageSize-4))
 	return err == nil, err
 }
@@ -193,7 +206,7 @@ func nonNilBytes(b []byte) []byte {
 // DeleteSegment removes one segment (compaction deletes and inserts in one
 // transaction).
 func (tx *WriteTx) DeleteSegment(source SourceID, stream string, seq int64) error {
-	_, err := tx.exec("delete segment", `DELETE FROM segments WHERE source_id = ?1 AND stream = ?2 AND seq = ?3`, source, stream, seq)
+	_, err := tx.changeSegments("delete segment", `DELETE FROM segments WHERE source_id = ?1 AND stream = ?2 AND seq = ?3`, source, stream, seq)
 	return err
 }
 
@@ -336,7 +349,7 @@ func (tx *WriteTx) EvictBefore(source SourceID, cutoff int64) (ev Evicted, err e
 		source, cutoff).Scan(&ev.LiveRows); err != nil {
 		return ev, sqlErr("evict: count live rows", err)
 	}
-	if ev.Segments, err = tx.exec("evict segments", `DELETE FROM segments WHERE source_id = ?1 AND last_ts < ?2`, source, cutoff); err != nil {
+	if ev.Segments, err = tx.changeSegments("evict segments", `DELETE FROM segments WHERE source_id = ?1 AND last_ts < ?2`, source, cutoff); err != nil {
 		return ev, err
 	}
 	// Same transaction: the deleted segments must not un-shadow wal rows
@@ -369,7 +382,7 @@ func (tx *WriteTx) EvictStreamsBefore(source SourceID, cutoff int64, remove func
 			return ev, sqlErr("evict: count live rows", err)
 		}
 		ev.LiveRows += live
-		n, err := tx.exec("evict segments", `DELETE FROM segments WHERE source_id = ?1 AND stream = ?2 AND last_ts < ?3`, source, name, cutoff)
+		n, err := tx.changeSegments("evict segments", `DELETE FROM segments WHERE source_id = ?1 AND stream = ?2 AND last_ts < ?3`, source, name, cutoff)
 		if err != nil {
 			return ev, err
 		}

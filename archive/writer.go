@@ -213,6 +213,10 @@ type Writer struct {
 	stats writerCounters
 
 	staged stagedMetadata // metadata patches riding on the next commit (writer_staged.go)
+
+	// segs counts the commits that changed segments, for read handles
+	// that follow this writer (segments_epoch.go).
+	segs segmentsEpoch
 }
 
 // WriterStats are the writer's cumulative counters.

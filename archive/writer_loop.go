@@ -85,7 +85,7 @@ func (l *loop) update(fn func(*WriteTx) error) error {
 	}
 	// Every transaction also writes the staged metadata (writer_staged.go).
 	staged := l.w.staged.take()
-	err := update(context.Background(), l.conn, l.insertWAL, func(tx *WriteTx) error {
+	err := update(context.Background(), l.conn, l.insertWAL, &l.w.segs, func(tx *WriteTx) error {
 		if err := fn(tx); err != nil {
 			return err
 		}
