@@ -14,8 +14,9 @@ import (
 // serves one snapshot at a time, so a memo is only ever used by the
 // goroutine whose snapshot holds that connection.
 type catalog struct {
-	tx *archive.ReadTx
-	m  *catalogMemo // nil: no memo (the version is unknown)
+	tx    *archive.ReadTx
+	m     *catalogMemo  // nil: no memo (the version is unknown)
+	lists *segmentLists // the store's, shared by every connection
 }
 
 type catalogMemo struct {
@@ -43,7 +44,7 @@ func (s *store) catalogFor(tx *archive.ReadTx) (*catalog, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &catalog{tx: tx}
+	c := &catalog{tx: tx, lists: &s.lists}
 	if !ok {
 		return c, nil
 	}
@@ -97,6 +98,15 @@ func (c *catalog) segments(src archive.SourceID, stream string) ([]archive.Strea
 			return ms, nil
 		}
 	}
+	epoch, known := c.tx.SegmentsEpoch()
+	if known {
+		if ms, ok := c.lists.get(epoch, k); ok {
+			if c.m != nil {
+				c.m.metas[k] = ms
+			}
+			return ms, nil
+		}
+	}
 	var ms []archive.StreamSegment
 	var err error
 	if stream == "" {
@@ -104,10 +114,61 @@ func (c *catalog) segments(src archive.SourceID, stream string) ([]archive.Strea
 	} else {
 		ms, err = c.tx.StreamSegmentMetas(src, stream)
 	}
-	if err == nil && c.m != nil {
+	if err != nil {
+		return nil, err
+	}
+	if c.m != nil {
 		c.m.metas[k] = ms
 	}
-	return ms, err
+	if known {
+		c.lists.put(epoch, k, ms)
+	}
+	return ms, nil
+}
+
+// segmentLists are the segment lists read in snapshots of one segments
+// epoch (archive.ReadTx.SegmentsEpoch), which every snapshot of that
+// epoch shares, whatever its connection and whatever wal rows were
+// committed since: under ingest the snapshot version changes with every
+// commit, and the per-connection memo with it, but the segments only
+// with a seal, a compaction or an eviction. Only the newest epoch's lists
+// are kept, at most maxListedSegments segments of them.
+type segmentLists struct {
+	mu     sync.Mutex
+	epoch  uint64
+	lists  map[streamRef][]archive.StreamSegment
+	listed int // segments in lists
+}
+
+// maxListedSegments bounds what segmentLists hold (~100 bytes a segment);
+// past it a list is read again in each snapshot, as without them.
+const maxListedSegments = 1 << 18
+
+func (l *segmentLists) get(epoch uint64, k streamRef) ([]archive.StreamSegment, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.lists == nil || l.epoch != epoch {
+		return nil, false
+	}
+	ms, ok := l.lists[k]
+	return ms, ok
+}
+
+// put keeps ms, read in a snapshot of epoch, as k's list. A newer epoch
+// drops the older one's lists; an older one than kept is not kept.
+func (l *segmentLists) put(epoch uint64, k streamRef, ms []archive.StreamSegment) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.lists == nil || epoch > l.epoch {
+		l.epoch, l.lists, l.listed = epoch, map[streamRef][]archive.StreamSegment{}, 0
+	}
+	if epoch != l.epoch || l.listed+len(ms) > maxListedSegments {
+		return
+	}
+	if _, ok := l.lists[k]; !ok {
+		l.lists[k] = ms
+		l.listed += len(ms)
+	}
 }
 
 func (c *catalog) liveSpan(src archive.SourceID, stream string, watermark int64, sealed bool) (archive.Span, error) {

@@ -57,7 +57,9 @@ func newFixtureClock(t testing.TB, dir string, now func() time.Time) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := archive.Open(path)
+	// As the server opens it: following the writer, so that its
+	// questions keep segment lists per segments epoch (catalog.go).
+	a, err := archive.OpenWithOptions(path, archive.ReadOptions{Writer: w})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -39,6 +39,9 @@ type store struct {
 	// memos remembers catalog answers per connection and snapshot version
 	// (see catalog).
 	memos memos
+	// lists remembers segment lists per segments epoch, for snapshots of
+	// any version and connection (catalog.go).
+	lists segmentLists
 	// par is how answers are decoded and encoded on several goroutines.
 	par parallelism
 	// segmentsRead counts the segments whose pages a Select read, and
@@ -276,7 +279,9 @@ func eachStream(c *catalog, nc nameConstraint, fn func(src archive.SourceInfo, s
 			for hi < len(all) && all[hi].Stream == st {
 				hi++
 			}
-			if err := fn(src, st, all[lo:hi]); err != nil {
+			// all is shared (catalog): the capacity ends with the run, so
+			// an append to it copies instead of writing the next stream's.
+			if err := fn(src, st, all[lo:hi:hi]); err != nil {
 				return err
 			}
 		}

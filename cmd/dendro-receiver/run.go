@@ -354,7 +354,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, procs int
 		return fmt.Errorf("reserving the fixed memory shares: %w", err)
 	}
 	reader, err := archive.OpenWithOptions(c.archivePath, archive.ReadOptions{
-		MemoryBytes: mem.sqlite, MaxConns: mem.readerConns(c.queryMaxConc)})
+		MemoryBytes: mem.sqlite, MaxConns: mem.readerConns(c.queryMaxConc), Writer: w})
 	if err != nil {
 		w.Close()
 		return fmt.Errorf("opening a read handle: %w", err)
