@@ -186,7 +186,8 @@ func (tx *ReadTx) OpenSegment(source SourceID, stream string, seq int64) (b *Seg
 
 // OpenListedSegment is OpenSegment for a segment m of source as listed
 // (SourceSegmentMetas, StreamSegmentMetas) in this snapshot, or in one of
-// the same SnapshotVersion: it opens the row m.RowID names without looking
+// the same SnapshotVersion or the same SegmentsEpoch, whose segments rows
+// are this one's: it opens the row m.RowID names without looking
 // the segment up by its key first (a prepared query per segment, ~10% of
 // a one-series read at a million series, whose pages were not cached).
 // A row that is not a BLOB of m.Size bytes, or an m without a RowID, is

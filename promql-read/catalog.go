@@ -63,8 +63,9 @@ func (s *store) catalogFor(tx *archive.ReadTx) (*catalog, error) {
 	return c, nil
 }
 
-// The answers below are shared with later snapshots of the same version:
-// callers must not modify them.
+// The answers below are shared with later snapshots of the same version,
+// and segment lists with every snapshot of the same segments epoch, on
+// any goroutine: callers must not modify them.
 
 func (c *catalog) sources() ([]archive.SourceInfo, error) {
 	if c.m != nil && c.m.hasSrc {

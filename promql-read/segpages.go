@@ -90,7 +90,8 @@ func (l *lazySegment) open() (*archive.SegmentBlob, error) {
 		return nil, err
 	}
 	if !found {
-		// Inside one snapshot the catalog row just read cannot vanish.
+		// The list is this snapshot's, or one of the same version or
+		// segments epoch, which holds the same segments rows (catalog).
 		return nil, errors.New("listed but absent")
 	}
 	l.blob = b
