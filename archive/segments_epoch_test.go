@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -73,7 +74,7 @@ func TestSegmentsEpochMovesWithTheSegmentsOnly(t *testing.T) {
 		}, true},
 		{"a prune", func() { must(t, w.Prune(ctx)) }, false},
 		{"eviction", func() {
-			if _, err := w.EvictBefore(ctx, src.ID(), 1<<40); err != nil {
+			if _, err := w.EvictBefore(ctx, src.ID(), math.MaxInt64); err != nil {
 				t.Fatal(err)
 			}
 		}, true},
