@@ -1,6 +1,8 @@
 package promread
 
 import (
+	"slices"
+	"strings"
 	"sync"
 
 	"github.com/dendro-receiver/dendro-receiver/archive"
@@ -101,7 +103,17 @@ func (c *catalog) segments(src archive.SourceID, stream string) ([]archive.Strea
 	}
 	epoch, known := c.tx.SegmentsEpoch()
 	if known {
-		if ms, ok := c.lists.get(epoch, k); ok {
+		ms, ok := c.lists.get(epoch, k)
+		if !ok && stream != "" {
+			// The source's whole list (Warm reads those) holds the
+			// stream's: a metric's first question after a restart
+			// needs no listing of its own.
+			var all []archive.StreamSegment
+			if all, ok = c.lists.get(epoch, streamRef{src, ""}); ok {
+				ms = streamRun(all, stream)
+			}
+		}
+		if ok {
 			if c.m != nil {
 				c.m.metas[k] = ms
 			}
@@ -125,6 +137,18 @@ func (c *catalog) segments(src archive.SourceID, stream string) ([]archive.Strea
 		c.lists.put(epoch, k, ms)
 	}
 	return ms, nil
+}
+
+// streamRun returns stream's segments out of all, a source's list sorted
+// by (stream, seq), with its capacity cut: all is shared, and an append to
+// the run must copy rather than write into the next stream's.
+func streamRun(all []archive.StreamSegment, stream string) []archive.StreamSegment {
+	lo, _ := slices.BinarySearchFunc(all, stream, func(m archive.StreamSegment, st string) int { return strings.Compare(m.Stream, st) })
+	hi := lo
+	for hi < len(all) && all[hi].Stream == stream {
+		hi++
+	}
+	return all[lo:hi:hi]
 }
 
 // segmentLists are the segment lists read in snapshots of one segments

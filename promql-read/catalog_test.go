@@ -3,6 +3,7 @@ package promread
 import (
 	"context"
 	"math"
+	"slices"
 	"testing"
 
 	"github.com/prometheus/prometheus/model/labels"
@@ -139,5 +140,58 @@ func TestSegmentListsServeLaterVersions(t *testing.T) {
 	e2, n2 := listed()
 	if e2 <= e1 || n2 != 2 {
 		t.Fatalf("after a second seal: epoch %d holding %d segments; want one after %d, holding 2", e2, n2, e1)
+	}
+}
+
+// A source's whole list, once kept, serves its streams' questions in
+// the same epoch (Warm lists whole sources, so a restart's first
+// question about one metric lists nothing).
+func TestSegmentListsServeAStreamFromItsSource(t *testing.T) {
+	f := newFixture(t)
+	q, err := NewQueryable(f.a, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, name := range []string{"m", "n", "o"} {
+		f.write("s", promsample.Batch{Series: []promsample.Series{{Labels: ls("__name__", name), Samples: []promsample.Sample{{T: int64(1000 * (i + 1)), V: 1}}}}})
+	}
+	f.seal("s")
+	src := f.source("s")
+	var whole []archive.StreamSegment
+	view := func(fn func(c *catalog) error) {
+		t.Helper()
+		if err := f.a.View(context.Background(), func(tx *archive.ReadTx) error {
+			c, err := q.s.catalogFor(tx)
+			if err != nil {
+				return err
+			}
+			return fn(c)
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	view(func(c *catalog) (err error) { whole, err = c.segments(src, ""); return err })
+	if len(whole) < 2 {
+		t.Fatalf("the source lists %d segments; the test wants several streams", len(whole))
+	}
+	f.write("s", promsample.Batch{Series: []promsample.Series{{Labels: ls("__name__", "m"), Samples: []promsample.Sample{{T: 9000, V: 1}}}}})
+	for _, name := range []string{"m", "n", "o"} {
+		stream := promsample.StreamFor(name, testBuckets)
+		view(func(c *catalog) error {
+			got, err := c.segments(src, stream)
+			if err != nil {
+				return err
+			}
+			i := slices.IndexFunc(whole, func(m archive.StreamSegment) bool { return m.Stream == stream })
+			if len(got) == 0 || i < 0 || &got[0] != &whole[i] || cap(got) != len(got) {
+				t.Errorf("stream %s: %v is not the run of the kept source list %v, capacity cut", stream, got, whole)
+			}
+			for _, m := range got {
+				if m.Stream != stream {
+					t.Errorf("stream %s: the run holds %s's segment", stream, m.Stream)
+				}
+			}
+			return nil
+		})
 	}
 }

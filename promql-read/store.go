@@ -273,15 +273,7 @@ func eachStream(c *catalog, nc nameConstraint, fn func(src archive.SourceInfo, s
 			return err
 		}
 		for _, st := range streams {
-			// all is sorted by (stream, seq): the stream's run is contiguous.
-			lo, _ := slices.BinarySearchFunc(all, st, func(m archive.StreamSegment, st string) int { return strings.Compare(m.Stream, st) })
-			hi := lo
-			for hi < len(all) && all[hi].Stream == st {
-				hi++
-			}
-			// all is shared (catalog): the capacity ends with the run, so
-			// an append to it copies instead of writing the next stream's.
-			if err := fn(src, st, all[lo:hi:hi]); err != nil {
+			if err := fn(src, st, streamRun(all, st)); err != nil {
 				return err
 			}
 		}
