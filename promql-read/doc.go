@@ -60,7 +60,11 @@
 // question needs (sources, the stream's segments, its live span) are
 // remembered per connection and snapshot version (archive.ReadTx.Version),
 // so a repeated question on an archive that has not changed costs BEGIN,
-// one PRAGMA, ROLLBACK and map lookups.
+// one PRAGMA, ROLLBACK and map lookups. The segment lists are also kept
+// per segments epoch (archive.ReadTx.SegmentsEpoch, on a handle that
+// follows the writer), which only seals, compactions and evictions move:
+// under ingest, where every commit is a new version, a question lists no
+// segments until one of those (catalog.go).
 //
 // Memory: a question (a PromQL query, a remote-read request) counts the
 // samples it holds against Options.MaxSamples and, with Options.Memory,
