@@ -2,11 +2,8 @@ package promread
 
 import (
 	"context"
-	"math"
 	"slices"
 	"testing"
-
-	"github.com/prometheus/prometheus/model/labels"
 
 	"github.com/dendro-receiver/dendro-receiver/archive"
 	"github.com/dendro-receiver/dendro-receiver/encoders/promsample"
@@ -57,19 +54,7 @@ func TestSegmentListsServeLaterVersions(t *testing.T) {
 	write := func(ts int64) {
 		f.write("s", promsample.Batch{Series: []promsample.Series{{Labels: l, Samples: []promsample.Sample{{T: ts, V: float64(ts)}}}}})
 	}
-	count := func() int {
-		t.Helper()
-		got, err := q.s.selectSeries(context.Background(), selectParams{mint: math.MinInt64, maxt: math.MaxInt64,
-			matchers: []*labels.Matcher{labels.MustNewMatcher(labels.MatchEqual, "__name__", "m")}, stats: &selectStats{}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		n := 0
-		for _, s := range got {
-			n += len(s.floats)
-		}
-		return n
-	}
+	count := func() int { t.Helper(); return floatsNamed(t, q, "m") }
 	// listed returns the snapshot's segments epoch and how many segments
 	// the store's lists hold for it.
 	listed := func() (uint64, int) {

@@ -357,3 +357,19 @@ func sameBits(t *testing.T, what string, got, want []promsample.Sample) {
 		}
 	}
 }
+
+// floatsNamed counts the float samples one Select of metric name finds,
+// over all time.
+func floatsNamed(t testing.TB, q *Queryable, name string) int {
+	t.Helper()
+	got, err := q.s.selectSeries(context.Background(), selectParams{mint: math.MinInt64, maxt: math.MaxInt64,
+		matchers: []*labels.Matcher{labels.MustNewMatcher(labels.MatchEqual, "__name__", name)}, stats: &selectStats{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, sr := range got {
+		n += len(sr.floats)
+	}
+	return n
+}

@@ -115,19 +115,7 @@ func TestCatalogMemoFollowsCommits(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := ls("__name__", "m", "id", "a")
-	count := func() int {
-		t.Helper()
-		got, err := q.s.selectSeries(context.Background(), selectParams{mint: math.MinInt64, maxt: math.MaxInt64,
-			matchers: []*labels.Matcher{mustMatcher(labels.MatchEqual, "__name__", "m")}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		n := 0
-		for _, sr := range got {
-			n += len(sr.floats)
-		}
-		return n
-	}
+	count := func() int { t.Helper(); return floatsNamed(t, q, "m") }
 	f.write("src", promsample.Batch{Series: []promsample.Series{{Labels: m, Samples: []promsample.Sample{{T: 1, V: 1}}}}})
 	if n := count(); n != 1 {
 		t.Fatalf("%d samples, want 1", n)
