@@ -20,6 +20,7 @@ import (
 
 	"github.com/dendro-receiver/dendro-receiver/archive"
 	"github.com/dendro-receiver/dendro-receiver/encoders/promsample"
+	"github.com/dendro-receiver/dendro-receiver/seriesindex"
 )
 
 // stack is a receiver over a real archive file: the Ingester behind a
@@ -681,5 +682,58 @@ func TestRetentionDoesNotCutAnEpoch(t *testing.T) {
 		if n := len(ts); n < 2 || ts[n-2] != 1000 || ts[n-1] != 2000 {
 			t.Fatalf("%s: samples at %v, want those at 1000 and 2000", sr.Labels, ts)
 		}
+	}
+}
+
+// TestWriteTouchesItsSeries: a series goes idle (its ingest state leaves:
+// IngestOptions.IdleTimeout) only when no committed request has held it
+// for the timeout, and a request, whatever its other series, keeps each of
+// its own from going idle.
+func TestWriteTouchesItsSeries(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "a.db")
+	var mu sync.Mutex
+	now := time.Now()
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+	s := openStackIngest(t, path, archive.WriterOptions{}, IngestOptions{
+		Seal: archive.SealPolicy{MaxRows: 1 << 20, MaxBytes: 1 << 30, MaxAge: time.Hour}, Now: clock})
+	send := func(ts int64, ids ...string) {
+		t.Helper()
+		var wr prompb.WriteRequest
+		for _, id := range ids {
+			wr.Timeseries = append(wr.Timeseries, prompb.TimeSeries{Labels: lbl("__name__", "m", "id", id),
+				Samples: []prompb.Sample{{Timestamp: ts, Value: 1}}})
+		}
+		if a := post(t, s.url, bytes.NewReader(encodeV1(t, &wr)), v1Headers()); a.code != http.StatusNoContent {
+			t.Fatalf("%d %s", a.code, a.body)
+		}
+	}
+	send(1000, "kept", "gone", "also-kept")
+	x := s.ing.x
+	ref := func(id string) seriesindex.Ref {
+		t.Helper()
+		r := x.Get(labels.FromStrings("__name__", "m", "id", id))
+		if r == 0 {
+			t.Fatalf("series %s not in the index", id)
+		}
+		return r
+	}
+	kept, gone, alsoKept := ref("kept"), ref("gone"), ref("also-kept")
+	for _, r := range []seriesindex.Ref{kept, gone, alsoKept} {
+		if x.Anchor(r) == 0 {
+			t.Fatalf("series %d has no anchor after its write", r)
+		}
+	}
+	advance(40 * time.Minute)
+	send(2000, "also-kept", "kept") // another order, another request
+	advance(30 * time.Minute)
+	if n := x.Idle(clock(), time.Hour); n != 1 {
+		t.Fatalf("%d series went idle, want 1 (the one not written for 70 minutes)", n)
+	}
+	if x.Anchor(gone) != 0 {
+		t.Fatal("the idle series kept its anchor")
+	}
+	if x.Anchor(kept) == 0 || x.Anchor(alsoKept) == 0 {
+		t.Fatal("a series written 30 minutes ago went idle")
 	}
 }
