@@ -520,6 +520,46 @@ func TestMerge(t *testing.T) {
 	}
 }
 
+// TestReadSegmentSeriesOwnTheirSamples: the series ReadSegment returns
+// share their row group's sample array (reader.go), cut so that each owns
+// its part: appending to one series' samples, as a caller merging pieces
+// does, never changes another's.
+func TestReadSegmentSeriesOwnTheirSamples(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 9))
+	batches := randBatches(r, 20)
+	seg, err := archive.Materialize(&Encoder{}, "samples/00", rowsOf(t, batches))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := ReadSegment(seg.Bytes, AllTime())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := expected(batches, AllTime())
+	if d := diffSeries(got, want); d != "" {
+		t.Fatal(d)
+	}
+	n := 0
+	for i := range got {
+		if len(got[i].Samples) == 0 {
+			continue
+		}
+		n++
+		got[i].Samples = append(got[i].Samples, Sample{T: math.MaxInt64, V: -1})
+	}
+	if n < 2 {
+		t.Fatalf("%d series with float samples, want several", n)
+	}
+	for i := range got {
+		if k := len(got[i].Samples); k > 0 {
+			got[i].Samples = got[i].Samples[:k-1]
+		}
+	}
+	if d := diffSeries(got, want); d != "" {
+		t.Fatalf("after appending to each series: %s", d)
+	}
+}
+
 func TestStreamFor(t *testing.T) {
 	if got := StreamFor("up", 1); got != "samples/00" {
 		t.Fatalf("one bucket: %s", got)
