@@ -148,7 +148,10 @@
 //
 // Caveats: a label with an empty value is absent (Prometheus semantics); a
 // series without __name__ is stored with an empty __name__. Decoded Batches
-// and Series own their memory. Encoder keeps only spare buffers between
-// calls and is safe for concurrent use (use it by pointer); BatchEncoder
-// and BatchDecoder are not.
+// and Series own their memory: nothing the decoder keeps refers to it, and
+// an append to one series' samples never writes into another's (the
+// series ReadSegment decodes from one row group share one sample array,
+// each cut to its own part with its capacity). Encoder keeps only spare
+// buffers between calls and is safe for concurrent use (use it by
+// pointer); BatchEncoder and BatchDecoder are not.
 package promsample
