@@ -428,6 +428,9 @@ func (tx *ReadTx) closeBlobs() {
 			_, tls, ok := blobHandle(dc)
 			if ok {
 				for _, b := range tx.blobs {
+					if b.raw != nil {
+						b.raw.keepChain(tx)
+					}
 					b.close(tls)
 				}
 				if tx.pages != nil {

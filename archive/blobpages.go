@@ -193,7 +193,8 @@ type pageReader struct {
 	bytesCol  int      // the bytes column's position in a segments record
 	ptrmaps   [][]byte // by ordinal (see ptrmap); kept of them are set
 	kept      int
-	fromPage1 bool // the geometry is page 1's and the place's, not asked in SQL
+	fromPage1 bool   // the geometry is page 1's and the place's, not asked in SQL
+	cookie    uint32 // the snapshot's schema cookie (page 1)
 	// lastMap is the pointer-map page last asked for, and its bytes.
 	lastMap     uint32
 	lastMapPage []byte
@@ -341,6 +342,7 @@ func (r *pageReader) geometry(tls *libc.TLS, place *segmentsPlace, g *pageGeomet
 		return errRawPages
 	}
 	cookie := binary.BigEndian.Uint32(p1[40:])
+	r.cookie = cookie
 	if g != nil {
 		if g.pageSize != int64(r.size) || g.pageCount < 1 || g.pageCount > math.MaxInt32 ||
 			g.root < 2 || g.root > math.MaxInt32 || g.bytesCol < 0 || g.bytesCol > math.MaxInt32 || g.cookie != cookie {
@@ -693,6 +695,13 @@ type rawSegment struct {
 	cell    cell
 	chain   []uint32 // chain[i]: the i-th overflow page, checked in this snapshot
 	failed  bool     // the in-place path gave up: read through SQLite
+	// shared is the start of the chain as a snapshot of the same page
+	// moves found it (blobchains.go), read only; chain, when longer,
+	// begins with it. keep says the snapshot may take and keep chains,
+	// under key.
+	shared []uint32
+	keep   bool
+	key    chainKey
 }
 
 // link returns the i-th overflow page of the segment's record, checked
@@ -705,9 +714,15 @@ func (s *rawSegment) link(tls *libc.TLS, r *pageReader, jumps *pageJumps, i int)
 	if i >= maxLinks {
 		return 0, errRawPages
 	}
+	if i < len(s.shared) {
+		return s.shared[i], nil // walked in a snapshot of the same page moves
+	}
 	if len(s.chain) == 0 {
-		s.chain = make([]uint32, 1, min(maxLinks+1, 4096))
+		s.chain = make([]uint32, 1, min(maxLinks+1, max(4096, len(s.shared)+64)))
 		s.chain[0] = s.cell.first // from the cell, read in this snapshot
+		if len(s.shared) > 0 {
+			s.chain = append(s.chain[:0], s.shared...) // its first is the cell's (chainKey)
+		}
 	}
 	for len(s.chain) <= i {
 		prev := s.chain[len(s.chain)-1]
@@ -847,6 +862,10 @@ func (s *rawSegment) readAt(tx *ReadTx, conn *sql.Conn, p []byte, off, size int6
 				return fmt.Errorf("%w: row %d holds %d bytes, not %d", errRawPages, s.rowid, c.bytesLen, size)
 			}
 			s.cell, s.located = c, true
+			if tx.chains != nil && tx.moves.ok && c.first != 0 {
+				s.keep, s.key = true, tx.chains.key(s.rowid, &s.cell)
+				s.shared = tx.chains.get(s.key, tx.moves.count, tx.pages.cookie)
+			}
 		}
 		return s.copyAt(tls, tx.pages, tx.jumps, p, off)
 	})
@@ -855,6 +874,17 @@ func (s *rawSegment) readAt(tx *ReadTx, conn *sql.Conn, p []byte, off, size int6
 		return false
 	}
 	return true
+}
+
+// keepChain gives the chain this snapshot walked past what it was given
+// to the handle's chainCache, when the snapshot may (readAt). The chain
+// is the cache's from then on: the segment walks no further in it.
+func (s *rawSegment) keepChain(tx *ReadTx) {
+	if !s.keep || s.failed || tx.pages == nil || len(s.chain) <= len(s.shared) {
+		return
+	}
+	tx.chains.put(s.key, tx.moves.count, tx.pages.cookie, s.chain)
+	s.shared, s.chain = s.chain, nil
 }
 
 // copyAt copies the segment's bytes at off into p (len(p) within the

@@ -253,8 +253,17 @@ func evictCutoff(t *testing.T, a *archive.Archive, src archive.SourceID, n int) 
 // While a writer appends, seals, evicts (which reclaims, moving pages) and
 // checkpoints, a reader in the same process reads segments in place, and
 // every range it reads equals the same range of the BLOB read whole
-// through SQL in the same snapshot.
+// through SQL in the same snapshot. A reader that follows the writer
+// (ReadOptions.Writer) takes the page chains earlier snapshots walked
+// (blobchains.go) wherever no reclaim came between, and must still read
+// the right bytes after each one moved pages.
 func TestRawPagesUnderAWriter(t *testing.T) {
+	for _, follow := range []bool{false, true} {
+		t.Run(fmt.Sprintf("follow=%v", follow), func(t *testing.T) { rawPagesUnderAWriter(t, follow) })
+	}
+}
+
+func rawPagesUnderAWriter(t *testing.T, follow bool) {
 	ctx := at.Ctx(t)
 	w := at.NewWriter(t, archive.WriterOptions{Encoder: blobEncoder{}, CheckpointInterval: 50 * time.Millisecond})
 	s, err := w.AddSource(ctx, archive.SourceSpec{}, "")
@@ -262,7 +271,11 @@ func TestRawPagesUnderAWriter(t *testing.T) {
 		t.Fatal(err)
 	}
 	src := s.ID()
-	a, err := archive.Open(w.Path())
+	var opts archive.ReadOptions
+	if follow {
+		opts.Writer = w
+	}
+	a, err := archive.OpenWithOptions(w.Path(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -303,7 +316,7 @@ func TestRawPagesUnderAWriter(t *testing.T) {
 	}()
 
 	r := rand.New(rand.NewPCG(13, 14))
-	var ranges, inPlace, snapshots, page1 int
+	var ranges, inPlace, kept, snapshots, page1 int
 	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); {
 		view(t, a, func(tx *archive.ReadTx) error {
 			metas, err := tx.StreamSegmentMetas(src, "s")
@@ -334,6 +347,9 @@ func TestRawPagesUnderAWriter(t *testing.T) {
 				if archive.ReadsInPlaceForTest(b) {
 					inPlace++
 				}
+				if archive.KeptLinksForTest(b) > 0 {
+					kept++
+				}
 			}
 			// The geometry a snapshot read from its page 1 is what SQL
 			// says of it, whatever the writer did since the last.
@@ -361,10 +377,13 @@ func TestRawPagesUnderAWriter(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := w.Stats()
-	t.Logf("%d ranges compared, %d segment reads in place, %d snapshots (%d geometries from page 1); writer: %d reclaims, %d checkpoints",
-		ranges, inPlace, snapshots, page1, st.Reclaims, st.Checkpoints)
+	t.Logf("%d ranges compared, %d segment reads in place (%d on kept chains), %d snapshots (%d geometries from page 1); writer: %d reclaims, %d checkpoints",
+		ranges, inPlace, kept, snapshots, page1, st.Reclaims, st.Checkpoints)
 	if inPlace == 0 || st.Reclaims == 0 {
 		t.Fatalf("in place %d, reclaims %d: the test did not read in place while pages moved", inPlace, st.Reclaims)
+	}
+	if follow != (kept > 0) {
+		t.Fatalf("%d segment reads on kept chains by a reader following the writer: %v", kept, follow)
 	}
 }
 
@@ -437,6 +456,90 @@ func TestRawPagesAfterASchemaChange(t *testing.T) {
 		t.Fatal(err)
 	}
 	if n := checkSegments(t, a, src, "s", want, r); n > 0 {
+		t.Fatalf("%d segments were not read in place", n)
+	}
+}
+
+// A reader that follows the writer keeps the page chains it walked
+// (blobchains.go). Creating a table in an auto-vacuum file moves the
+// page where the new root goes, which may be a segment's; the schema
+// cookie changes with it, and the kept chains are not taken across it.
+func TestKeptChainsAfterASchemaChange(t *testing.T) {
+	ctx := at.Ctx(t)
+	r := rand.New(rand.NewPCG(17, 18))
+	w := at.NewWriter(t, archive.WriterOptions{Encoder: blobEncoder{}, CheckpointInterval: -1})
+	s, err := w.AddSource(ctx, archive.SourceSpec{}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := s.ID()
+	want := map[int64][]byte{}
+	for seq := int64(0); seq < 4; seq++ {
+		want[seq] = randomBytes(r, 60<<10+int(seq))
+		rows := []archive.Row{{Stream: "s", TS: seq + 1, Data: want[seq]}}
+		if _, err := w.AppendWait(ctx, []archive.SourceRows{{Source: src, Rows: rows}}, false); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.SealWait(ctx, src, []string{"s"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, err := archive.OpenWithOptions(w.Path(), archive.ReadOptions{Writer: w})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	// Segments are numbered from 1 by the seals; read each whole once so
+	// that its chain is kept, then check it is taken.
+	bySeq := map[int64][]byte{}
+	view(t, a, func(tx *archive.ReadTx) error {
+		metas, err := tx.StreamSegmentMetas(src, "s")
+		if err != nil || len(metas) != len(want) {
+			t.Fatalf("%d segments, %v", len(metas), err)
+		}
+		for i, m := range metas {
+			bySeq[m.Seq] = want[int64(i)]
+		}
+		return nil
+	})
+	if n := checkSegments(t, a, src, "s", bySeq, r); n > 0 {
+		t.Fatalf("%d segments were not read in place", n)
+	}
+	taken := func() (n int) {
+		view(t, a, func(tx *archive.ReadTx) error {
+			for seq, payload := range bySeq {
+				b, ok, err := tx.OpenSegment(src, "s", seq)
+				if err != nil || !ok {
+					t.Fatalf("OpenSegment(%d): %v %v", seq, ok, err)
+				}
+				p := make([]byte, 100)
+				off := len(payload) - 200
+				if _, err := b.ReadAt(p, int64(off)); err != nil || !bytes.Equal(p, payload[off:off+100]) {
+					t.Fatalf("segment %d: ReadAt: %v, or other bytes", seq, err)
+				}
+				if archive.KeptLinksForTest(b) > 0 {
+					n++
+				}
+			}
+			return nil
+		})
+		return n
+	}
+	if n := taken(); n != len(bySeq) {
+		t.Fatalf("%d of %d segments read on kept chains", n, len(bySeq))
+	}
+	db, err := sql.Open("sqlite", w.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.Exec("CREATE TABLE later_addition (x INTEGER)"); err != nil {
+		t.Fatal(err)
+	}
+	if n := taken(); n != 0 {
+		t.Fatalf("after a schema change %d segments were read on chains kept before it", n)
+	}
+	if n := checkSegments(t, a, src, "s", bySeq, r); n > 0 {
 		t.Fatalf("%d segments were not read in place", n)
 	}
 }

@@ -82,7 +82,10 @@
 // finding each next page as the following one or in a map of the
 // archive's scattered links, and checks every link it uses against the
 // snapshot's auto-vacuum pointer map, so a stale map costs a walk through
-// SQLite, never a wrong byte.
+// SQLite, never a wrong byte. A handle that follows the writer keeps the
+// chains its snapshots walked, and a later snapshot takes them unchecked
+// where no reclaim (counted by the writer, as its segments changes are)
+// and no schema change came between (blobchains.go).
 //
 // Knowing the segments have not changed: SQLite tells a reader that
 // something was committed, not what, and under ingest every commit is wal

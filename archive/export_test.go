@@ -80,6 +80,15 @@ func ReadsInPlaceForTest(b *SegmentBlob) bool {
 	return b.raw != nil && b.raw.located && !b.raw.failed
 }
 
+// KeptLinksForTest reports how many links of b's page chain its snapshot
+// took from the handle's kept chains (blobchains.go), not walked itself.
+func KeptLinksForTest(b *SegmentBlob) int {
+	if b.raw == nil {
+		return 0
+	}
+	return len(b.raw.shared)
+}
+
 // PageJumpsForTest reports how many scattered links a knows.
 func PageJumpsForTest(a *Archive) int {
 	if x := a.jumps.links.Load(); x != nil {

@@ -41,6 +41,10 @@ type Archive struct {
 	// segs is the followed writer's segments epoch (segments_epoch.go);
 	// nil: the handle claims none.
 	segs *segmentsEpoch
+	// moves is the followed writer's count of reclaims, and chains the
+	// page chains its snapshots keep (blobchains.go); nil with segs.
+	moves  *segmentsEpoch
+	chains *chainCache
 	// scans are the rescans of jumps in flight, which Close waits for;
 	// once closed, none starts.
 	scanMu sync.Mutex
@@ -203,7 +207,7 @@ func openRead(path string, immutable bool, opts ReadOptions) (*Archive, error) {
 			db.Close()
 			return nil, fmt.Errorf("archive: open %s: ReadOptions.Writer writes %s, another file", path, opts.Writer.path)
 		}
-		a.segs = &opts.Writer.segs
+		a.segs, a.moves, a.chains = &opts.Writer.segs, &opts.Writer.moves, newChainCache()
 	}
 	a.jumps.rescan = func() {
 		a.scanMu.Lock()

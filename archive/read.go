@@ -89,6 +89,14 @@ type ReadTx struct {
 		epoch uint64
 		ok    bool
 	}
+	// moves is the count of the writer's reclaims the snapshot sees, when
+	// it knows it, and chains the handle's kept page chains
+	// (blobchains.go); nil when it follows no writer.
+	moves struct {
+		count uint64
+		ok    bool
+	}
+	chains *chainCache
 }
 
 // columnCache remembers the answer to one "does this column exist"
@@ -130,10 +138,10 @@ func (a *Archive) View(ctx context.Context, fn func(tx *ReadTx) error) (err erro
 	}
 	// The writer's segments epoch, loaded before the snapshot starts and
 	// again after (segments_epoch.go). BEGIN DEFERRED starts nothing.
-	var before uint64
+	var before, movesBefore uint64
 	follow := a.segs != nil && a.pinned == nil
 	if follow {
-		before = a.segs.n.Load()
+		before, movesBefore = a.segs.n.Load(), a.moves.n.Load()
 	}
 	if _, err := conn.ExecContext(ctx, "BEGIN DEFERRED"); err != nil {
 		return sqlErr("archive: begin snapshot", err)
@@ -163,8 +171,12 @@ func (a *Archive) View(ctx context.Context, fn func(tx *ReadTx) error) (err erro
 		if _, err := tx.dataVersion(); err != nil {
 			return err
 		}
-		after := a.segs.n.Load()
+		after, movesAfter := a.segs.n.Load(), a.moves.n.Load()
 		tx.segs.epoch, tx.segs.ok = after, after == before && after%2 == 0
+		// The reclaims are counted as the segments changes are, and known
+		// by the same argument (blobchains.go).
+		tx.moves.count, tx.moves.ok = movesAfter, movesAfter == movesBefore && movesAfter%2 == 0
+		tx.chains = a.chains
 	}
 	return fn(tx)
 }

@@ -215,8 +215,9 @@ type Writer struct {
 	staged stagedMetadata // metadata patches riding on the next commit (writer_staged.go)
 
 	// segs counts the commits that changed segments, for read handles
-	// that follow this writer (segments_epoch.go).
-	segs segmentsEpoch
+	// that follow this writer (segments_epoch.go); moves counts its
+	// reclaims, the commits that move segments' pages (blobchains.go).
+	segs, moves segmentsEpoch
 }
 
 // WriterStats are the writer's cumulative counters.

@@ -47,7 +47,7 @@ func (l *loop) reclaimIfFragmented() {
 	if ps.Free*reclaimFreelistDivisor <= ps.Pages {
 		return
 	}
-	if err := incrementalVacuum(context.Background(), l.conn, ReclaimPagesPerPass); err != nil {
+	if err := l.reclaim(); err != nil {
 		l.log.Warn("reclaim failed", "err", err)
 		return
 	}
@@ -70,10 +70,20 @@ func (l *loop) closeCleanly() {
 		}); err != nil || ps.Free == 0 {
 			return
 		}
-		if err := incrementalVacuum(context.Background(), l.conn, ReclaimPagesPerPass); err != nil {
+		if err := l.reclaim(); err != nil {
 			l.log.Warn("reclaim at close failed", "err", err)
 			return
 		}
 	}
 	l.log.Warn("reclaim at close ran out of time; free pages remain")
+}
+
+// reclaim runs one pass of incremental_vacuum, which moves pages of live
+// segments into free ones, counted in the writer's moves (blobchains.go):
+// begun before the statement, whose commit is its own, and ended once it
+// has returned, whatever it returned.
+func (l *loop) reclaim() error {
+	l.w.moves.begin()
+	defer l.w.moves.end()
+	return incrementalVacuum(context.Background(), l.conn, ReclaimPagesPerPass)
 }
