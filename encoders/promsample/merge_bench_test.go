@@ -2,7 +2,6 @@ package promsample
 
 import (
 	"fmt"
-	"runtime"
 	"testing"
 
 	"github.com/dendro-receiver/dendro-receiver/archive"
@@ -50,17 +49,7 @@ func BenchmarkMergeMemory(b *testing.B) {
 					}
 				}
 				merge() // warm: the encoder's spare buffers
-				var ms0, ms1 runtime.MemStats
-				runtime.ReadMemStats(&ms0)
-				for b.Loop() {
-					merge()
-				}
-				runtime.ReadMemStats(&ms1)
-				iters := float64(b.N) * float64(n)
-				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/iters, "ns/series")
-				b.ReportMetric(float64(ms1.TotalAlloc-ms0.TotalAlloc)/iters, "alloc-B/series")
-				b.ReportMetric(float64(ms1.Mallocs-ms0.Mallocs)/iters, "allocs/series")
-				b.ReportMetric(0, "ns/op")
+				loopPerSeries(b, n, merge)
 			})
 		}
 	}

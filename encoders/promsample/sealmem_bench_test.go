@@ -171,13 +171,7 @@ func BenchmarkSealMemory(b *testing.B) {
 					return seg
 				}
 				encode() // warm: the encoder's spare buffers
-				var ms0, ms1 runtime.MemStats
-				runtime.ReadMemStats(&ms0)
-				for b.Loop() {
-					encode()
-				}
-				runtime.ReadMemStats(&ms1)
-				iters := float64(b.N) * float64(n)
+				loopPerSeries(b, n, func() { encode() })
 
 				phases := map[string]uint64{}
 				var order []string
@@ -195,12 +189,25 @@ func BenchmarkSealMemory(b *testing.B) {
 				}
 				b.Logf("live B/series by phase: %v; segment %.1f B/series", detail, float64(len(seg.Bytes))/float64(n))
 
-				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/iters, "ns/series")
-				b.ReportMetric(float64(ms1.TotalAlloc-ms0.TotalAlloc)/iters, "alloc-B/series")
-				b.ReportMetric(float64(ms1.Mallocs-ms0.Mallocs)/iters, "allocs/series")
 				b.ReportMetric(math.Max(0, float64(peak)-float64(base))/float64(n), "peak-live-B/series")
-				b.ReportMetric(0, "ns/op")
 			})
 		}
 	}
+}
+
+// loopPerSeries runs fn in b's timed loop and reports, per series of the
+// n each call handles, its time, the bytes it allocated and its
+// allocations.
+func loopPerSeries(b *testing.B, n int, fn func()) {
+	var ms0, ms1 runtime.MemStats
+	runtime.ReadMemStats(&ms0)
+	for b.Loop() {
+		fn()
+	}
+	runtime.ReadMemStats(&ms1)
+	iters := float64(b.N) * float64(n)
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/iters, "ns/series")
+	b.ReportMetric(float64(ms1.TotalAlloc-ms0.TotalAlloc)/iters, "alloc-B/series")
+	b.ReportMetric(float64(ms1.Mallocs-ms0.Mallocs)/iters, "allocs/series")
+	b.ReportMetric(0, "ns/op")
 }
