@@ -31,8 +31,10 @@ import (
 // overflow page is at the end of the cell), then each next page as SQLite
 // guesses it, the following usable page, or, where the chain jumps, from
 // pageJumps, the archive's map of its scattered links. Nothing it knows
-// from before the snapshot is trusted unchecked: every link it uses is
-// checked against the snapshot's auto-vacuum pointer map. SQLite keeps
+// from before the snapshot is trusted unchecked (but for the chains a
+// handle that follows the writer kept from a snapshot that saw the same
+// page moves, blobchains.go): every link it uses is checked against the
+// snapshot's auto-vacuum pointer map. SQLite keeps
 // that map exact in every transaction (integrity_check verifies it) for
 // every page of the file: the entry of an overflow page names the page
 // whose pointer leads to it, so if the entry of page q says "overflow,
