@@ -3,6 +3,7 @@ package archive
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -85,5 +86,46 @@ func TestJumpIndex(t *testing.T) {
 		if _, ok := x.get(math.MaxUint32); ok {
 			t.Fatalf("density %v: found a link from the last page number", density)
 		}
+	}
+}
+
+// The kept chains (blobchains.go) are taken only in snapshots of the
+// count of page moves and the schema cookie they were walked under; an
+// older snapshot neither takes nor keeps any; a longer walk replaces a
+// shorter one; and past maxChainLinks the cache starts over.
+func TestChainCache(t *testing.T) {
+	c := newChainCache()
+	k := chainKey{rowid: 7, first: 100, payload: 1 << 20, local: 42}
+	other := chainKey{rowid: 8, first: 300, payload: 1 << 20, local: 43}
+	c.put(k, 2, 9, []uint32{100, 101, 102})
+	if got := c.get(k, 2, 9); !slices.Equal(got, []uint32{100, 101, 102}) {
+		t.Fatalf("get = %v", got)
+	}
+	if got := c.get(k, 4, 9); got != nil {
+		t.Fatalf("taken after a reclaim: %v", got)
+	}
+	if got := c.get(k, 2, 10); got != nil {
+		t.Fatalf("taken after a schema change: %v", got)
+	}
+	c.put(k, 2, 9, []uint32{100, 101})
+	if got := c.get(k, 2, 9); len(got) != 3 {
+		t.Fatalf("a shorter walk replaced a longer one: %v", got)
+	}
+	c.put(k, 2, 9, []uint32{100, 101, 102, 103})
+	if got := c.get(k, 2, 9); len(got) != 4 || c.links != 4 {
+		t.Fatalf("a longer walk: %v, %d links kept", got, c.links)
+	}
+	c.put(other, 0, 9, []uint32{300}) // an older snapshot's, walked before a reclaim
+	if c.get(other, 0, 9) != nil || c.get(other, 2, 9) != nil || c.get(k, 2, 9) == nil {
+		t.Fatalf("an older snapshot's chain was kept, or dropped the newer ones")
+	}
+	c.put(other, 4, 9, []uint32{300, 301}) // after a reclaim: what came before goes
+	if c.get(k, 4, 9) != nil || c.get(other, 4, 9) == nil || c.links != 2 {
+		t.Fatalf("after a reclaim: %d links kept", c.links)
+	}
+	big := make([]uint32, maxChainLinks)
+	c.put(k, 4, 9, big)
+	if c.get(other, 4, 9) != nil || len(c.get(k, 4, 9)) != maxChainLinks || c.links != maxChainLinks {
+		t.Fatalf("past the bound: %d links kept", c.links)
 	}
 }
