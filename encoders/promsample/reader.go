@@ -232,13 +232,19 @@ func ReadSegment(seg []byte, q Query) (out []Series, err error) {
 		}
 		read[i], most = true, most+int(min(max(g.Series, 0), g.Rows))
 	}
-	// Sized once: grown by append, out was copied ~20 times over a read
-	// of a million-series archive's segment (166 k series), 40% of a
-	// compaction's merge. The counts are the footer's, which a corrupt
-	// segment can inflate (each group's up to MaxRowGroupRows), so the
-	// size is at most one series per byte of the segment; past that, out
-	// grows with what is decoded.
-	out = make([]Series, 0, min(most, len(seg)))
+	// A query without matchers (a compaction's merge) takes every series
+	// of the groups it reads: out is sized for them once. Grown by
+	// append, it was copied ~20 times over a read of a million-series
+	// archive's segment (166 k series), 40% of a merge. The counts are the
+	// footer's, which a corrupt segment can inflate (each group's up to
+	// MaxRowGroupRows), so the size is at most one series per byte of the
+	// segment; past that, out grows with what is decoded. A query with
+	// matchers grows it group by group with the series that matched
+	// (rowGroupReader.read): sized for every series of its metric, one
+	// series asked of an old segment would hold megabytes.
+	if len(q.Matchers) == 0 {
+		out = make([]Series, 0, min(most, len(seg)))
+	}
 	for i := range sf.index.RowGroups {
 		if !read[i] {
 			continue
@@ -475,16 +481,18 @@ func (rr *rowGroupReader) read(rg *file.RowGroupReader, c *segmentColumns, q Que
 		}
 		runs = append(runs, seriesRun{lbls: ls, start: r, end: r + 1, matched: true})
 	}
-	matched := false
+	matched := 0
 	for _, s := range runs {
 		if s.matched {
-			matched = true
-			break
+			matched++
 		}
 	}
-	if !matched {
+	if matched == 0 {
 		return out, nil
 	}
+	// Room for the group's series at once (a no-op when ReadSegment
+	// sized out for every series: a query without matchers).
+	out = slices.Grow(out, matched)
 	if rr.ts, rr.def, err = readInt64(rg, c.ts, n, rr.ts, rr.def); err != nil {
 		return out, err
 	}

@@ -9,6 +9,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -557,6 +558,30 @@ func TestReadSegmentSeriesOwnTheirSamples(t *testing.T) {
 	}
 	if d := diffSeries(got, want); d != "" {
 		t.Fatalf("after appending to each series: %s", d)
+	}
+}
+
+// TestReadSegmentSizesItsResult: a query without matchers gets a result
+// sized for every series at once, and one with matchers a result sized
+// for what matched, not for the metric's every series (a one-series read
+// of a segment written before format 2 goes through ReadSegment).
+func TestReadSegmentSizesItsResult(t *testing.T) {
+	var b Batch
+	for i := range 2000 {
+		b.Series = append(b.Series, Series{Labels: labels.FromStrings("__name__", "m", "id", strconv.Itoa(i)),
+			Samples: []Sample{{T: 1000, V: float64(i)}}})
+	}
+	seg, err := archive.Materialize(&Encoder{}, "samples/00", rowsOf(t, []Batch{b}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	all, err := ReadSegment(seg.Bytes, AllTime())
+	if err != nil || len(all) != 2000 || cap(all) != 2000 {
+		t.Fatalf("every series: %d, cap %d, %v", len(all), cap(all), err)
+	}
+	one, err := ReadSegment(seg.Bytes, AllTime(labels.MustNewMatcher(labels.MatchEqual, "id", "1234")))
+	if err != nil || len(one) != 1 || cap(one) > 8 {
+		t.Fatalf("one series: %d, cap %d, %v", len(one), cap(one), err)
 	}
 }
 
