@@ -720,10 +720,11 @@ func (s *rawSegment) link(tls *libc.TLS, r *pageReader, jumps *pageJumps, i int)
 		return s.shared[i], nil // walked in a snapshot of the same page moves
 	}
 	if len(s.chain) == 0 {
-		s.chain = make([]uint32, 1, min(maxLinks+1, max(4096, len(s.shared)+64)))
-		s.chain[0] = s.cell.first // from the cell, read in this snapshot
-		if len(s.shared) > 0 {
-			s.chain = append(s.chain[:0], s.shared...) // its first is the cell's (chainKey)
+		// The walk starts from the kept chain, whose first page is the
+		// cell's (chainKey), or from the cell, read in this snapshot.
+		s.chain = make([]uint32, 0, min(maxLinks+1, max(4096, len(s.shared)+64)))
+		if s.chain = append(s.chain, s.shared...); len(s.chain) == 0 {
+			s.chain = append(s.chain, s.cell.first)
 		}
 	}
 	for len(s.chain) <= i {
