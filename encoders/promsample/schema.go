@@ -101,43 +101,60 @@ const dictRowsPerValue = 32
 // __name__), whether its column is dictionary-encoded: by default when it
 // has at least dictRowsPerValue rows per distinct value in the segment.
 func dictionaryLabels(series []*seriesData, symbols []string) map[string]bool {
-	// Per label name's rank: its rows and distinct values. A value is
-	// counted under the first name it comes with by marking it (first);
-	// under another name, by the (name, value) pairs in more (rare: a
-	// value shared by two label names).
-	rows := make([]int, len(symbols))
-	values := make([]int, len(symbols))
-	first := make([]uint32, len(symbols)) // per value: 1 + the name it was first counted under
-	var more map[uint64]struct{}
+	var dc dictCounter
 	for _, s := range series {
-		n := s.numRows()
-		if n == 0 {
-			continue
-		}
-		for i := 0; i+1 < len(s.pairs); i += 2 {
-			name, v := s.pairs[i], s.pairs[i+1]
-			rows[name] += n
-			switch first[v] {
-			case 0:
-				first[v] = name + 1
-				values[name]++
-			case name + 1:
-			default:
-				k := uint64(name)<<32 | uint64(v)
-				if _, ok := more[k]; !ok {
-					if more == nil {
-						more = map[uint64]struct{}{}
-					}
-					more[k] = struct{}{}
-					values[name]++
+		dc.add(s.pairs, s.numRows(), len(symbols))
+	}
+	return dc.result(symbols)
+}
+
+// dictCounter counts, per label name's rank, the rows and the distinct
+// values of a segment's series, for dictionaryLabels. A value is counted
+// under the first name it comes with by marking it (first); under another
+// name, by the (name, value) pairs in more (rare: a value shared by two
+// label names).
+type dictCounter struct {
+	rows, values []int
+	first        []uint32 // per value: 1 + the name it was first counted under
+	more         map[uint64]struct{}
+}
+
+// add counts a series of n rows whose labels are pairs, ranks among
+// nsym symbols.
+func (dc *dictCounter) add(pairs []uint32, n, nsym int) {
+	if n == 0 {
+		return
+	}
+	if dc.rows == nil {
+		dc.rows, dc.values, dc.first = make([]int, nsym), make([]int, nsym), make([]uint32, nsym)
+	}
+	for i := 0; i+1 < len(pairs); i += 2 {
+		name, v := pairs[i], pairs[i+1]
+		dc.rows[name] += n
+		switch dc.first[v] {
+		case 0:
+			dc.first[v] = name + 1
+			dc.values[name]++
+		case name + 1:
+		default:
+			k := uint64(name)<<32 | uint64(v)
+			if _, ok := dc.more[k]; !ok {
+				if dc.more == nil {
+					dc.more = map[uint64]struct{}{}
 				}
+				dc.more[k] = struct{}{}
+				dc.values[name]++
 			}
 		}
 	}
+}
+
+// result is the decision per label name counted.
+func (dc *dictCounter) result(symbols []string) map[string]bool {
 	dict := make(map[string]bool)
-	for r, n := range rows {
+	for r, n := range dc.rows {
 		if n > 0 {
-			dict[symbols[r]] = labelDictionary(n, values[r])
+			dict[symbols[r]] = labelDictionary(n, dc.values[r])
 		}
 	}
 	return dict

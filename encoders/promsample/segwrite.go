@@ -11,14 +11,10 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/arrow-go/v18/parquet/file"
-	"github.com/apache/arrow-go/v18/parquet/metadata"
 	"github.com/apache/arrow-go/v18/parquet/schema"
 	"github.com/cespare/xxhash/v2"
 	"github.com/prometheus/prometheus/model/labels"
 )
-
-// rowGroupPlan is one row group: series [from, to).
-type rowGroupPlan struct{ from, to int }
 
 // write encodes series and meta as one segment: the Parquet bytes and the
 // index. symbols are the series' strings, sorted, that their pairs and
@@ -36,14 +32,69 @@ func (e *Encoder) write(c *collector, series []*seriesData, meta []Metadata, siz
 		return nil, nil, c.arena.err // samples were dropped: no segment
 	}
 	symbols, arena := c.symbols, &c.arena
-	// Label columns: the union of label names, sorted (symbols are, and
-	// ids are ranks).
 	isName := make([]bool, len(symbols))
 	for _, s := range series {
 		for i := 0; i < len(s.pairs); i += 2 {
 			isName[s.pairs[i]] = true
 		}
 	}
+	// The series table (format 2) first: the series' pairs move into it,
+	// and their slabs are garbage before the segment is written.
+	var table *SeriesTable
+	if !e.Opts.FormatV1 {
+		table = newSeriesTable(series, symbols) // before splitLongSeries: one entry a series
+	}
+	distinct := len(series)
+	series = splitLongSeries(series, 4*e.rowGroupRows(), arena)
+	sk, err := e.newSink(symbols, arena, isName, dictionaryLabels(series, symbols), meta, sizeHint)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer sk.release()
+	sk.idx.Series = int64(distinct)
+	for _, s := range series {
+		if err := sk.add(s); err != nil {
+			return nil, nil, err
+		}
+	}
+	// The series are live until the last row group is written (finish's
+	// probe counts them; nothing refers to them after it).
+	defer runtime.KeepAlive(series)
+	return sk.finish(table)
+}
+
+// segmentSink writes one segment series by series, in canonical order: it
+// cuts row groups as the series arrive and writes each as soon as it is
+// cut, so that a caller holding no more than a row group's series at a
+// time (a merge that streams its inputs) writes a segment of any size.
+// The footer's key-value metadata, which holds the index of every row
+// group, is written by finish: Parquet puts it after the pages.
+type segmentSink struct {
+	e        *Encoder
+	symbols  []string
+	target   int
+	idx      Index
+	metricID map[uint32]int
+	meta     []Metadata
+	extras   []Series // series with exemplars, for the footer
+	sb       labels.ScratchBuilder
+	// The row group being gathered: its series, rows and summary; last
+	// is the name of the series added last.
+	cur     []*seriesData
+	curRows int
+	g       RowGroupInfo
+	last    uint32
+	buf     bytes.Buffer
+	w       *file.Writer
+	cw      *columnWriter
+}
+
+// newSink starts a segment whose series use symbols, and whose label
+// columns are the names isName marks (by rank) other than __name__; dict
+// says which are dictionary-encoded (see dictionaryLabels).
+func (e *Encoder) newSink(symbols []string, arena *packArena, isName []bool, dict map[string]bool, meta []Metadata, sizeHint int) (*segmentSink, error) {
+	// Label columns: the union of label names, sorted (symbols are, and
+	// ids are ranks).
 	var labelNames []string
 	var labelRanks []uint32
 	for r, ok := range isName {
@@ -51,72 +102,116 @@ func (e *Encoder) write(c *collector, series []*seriesData, meta []Metadata, siz
 			labelNames, labelRanks = append(labelNames, symbols[r]), append(labelRanks, uint32(r))
 		}
 	}
+	var mem memory.Allocator = newWriteAllocator() // dropped with this write
+	if e.goAlloc {
+		mem = memory.NewGoAllocator()
+	}
+	root, props, err := segmentSchema(labelNames, dict, mem, !e.Opts.FormatV1)
+	if err != nil {
+		return nil, err
+	}
+	sk := &segmentSink{e: e, symbols: symbols, target: e.rowGroupRows(), metricID: map[uint32]int{}, meta: meta,
+		idx: Index{MinT: math.MaxInt64, MaxT: math.MinInt64}}
+	sk.g = RowGroupInfo{MinT: math.MaxInt64, MaxT: math.MinInt64}
+	sk.buf.Grow(min(max(sizeHint, 4<<10), 64<<20))
+	// The key-value metadata is appended by finish, in the order a writer
+	// given it up front would write it: the file's bytes are the same.
+	if sk.w, err = file.NewParquetWriterWithError(&sk.buf, root, file.WithWriterProps(props)); err != nil {
+		return nil, err
+	}
+	sk.cw = e.spare.get()
+	sk.cw.opts = &e.Opts
+	sk.cw.labelNames, sk.cw.labelRanks, sk.cw.symbols, sk.cw.arena = labelNames, labelRanks, symbols, arena
+	return sk, nil
+}
 
-	// Plan row groups and build the index.
-	idx := Index{MinT: math.MaxInt64, MaxT: math.MinInt64, Series: int64(len(series))}
-	target := e.rowGroupRows()
-	// The series table (format 2) first: the series' pairs move into it,
-	// and their slabs are garbage before the segment is written.
-	var table *SeriesTable
-	if !e.Opts.FormatV1 {
-		table = newSeriesTable(series, symbols) // before splitLongSeries: one entry a series
+// release hands the column buffers back for the next write.
+func (sk *segmentSink) release() {
+	if sk.cw != nil {
+		sk.e.spare.put(sk.cw)
+		sk.cw = nil
 	}
-	series = splitLongSeries(series, 4*target, arena)
-	metricID := map[uint32]int{}
-	for _, s := range series {
-		if _, ok := metricID[s.name]; !ok {
-			metricID[s.name] = len(idx.Metrics)
-			idx.Metrics = append(idx.Metrics, metricName(s, symbols))
+}
+
+// add appends series s (after every series before it in canonical order,
+// and at most 4 row groups' rows: splitLongSeries). The caller counts
+// distinct series in idx.Series.
+func (sk *segmentSink) add(s *seriesData) error {
+	if _, ok := sk.metricID[s.name]; !ok {
+		sk.metricID[s.name] = len(sk.idx.Metrics)
+		sk.idx.Metrics = append(sk.idx.Metrics, metricName(s, sk.symbols))
+	}
+	if len(s.exemplars) > 0 {
+		sk.extras = append(sk.extras, Series{Labels: s.labels(sk.symbols, &sk.sb), Exemplars: s.exemplars})
+	}
+	// A group ends at target rows, or at a quarter of it where a metric
+	// ends.
+	if sk.curRows > 0 && (sk.curRows >= sk.target || (sk.curRows >= sk.target/4 && s.name != sk.last)) {
+		if err := sk.flush(); err != nil {
+			return err
 		}
 	}
-	var plans []rowGroupPlan
-	cur := rowGroupPlan{}
-	curRows := 0
-	var g RowGroupInfo
-	g.MinT, g.MaxT = math.MaxInt64, math.MinInt64
-	for i, s := range series {
-		n := s.numRows()
-		if curRows > 0 && (curRows >= target || (curRows >= target/4 && s.name != series[i-1].name)) {
-			cur.to = i
-			plans = append(plans, cur)
-			idx.RowGroups = append(idx.RowGroups, g)
-			cur, curRows = rowGroupPlan{from: i}, 0
-			g = RowGroupInfo{MinT: math.MaxInt64, MaxT: math.MinInt64}
-		}
-		if n == 0 {
-			// Exemplars only: no Parquet rows, but keep the index span.
-			for _, ex := range s.exemplars {
-				idx.MinT, idx.MaxT = min(idx.MinT, ex.T), max(idx.MaxT, ex.T)
-			}
-			idx.Exemplars += int64(len(s.exemplars))
-			continue
-		}
-		if curRows == 0 {
-			g.FirstMetric = metricID[s.name]
-		}
-		g.LastMetric = metricID[s.name]
-		g.Rows += int64(n)
-		g.Series++
-		curRows += n
-		if lo, hi, ok := s.sampleSpan(arena); ok {
-			g.MinT, g.MaxT = min(g.MinT, lo), max(g.MaxT, hi)
-		}
-		for _, h := range s.hists {
-			g.MinT, g.MaxT = min(g.MinT, h.T), max(g.MaxT, h.T)
-		}
-		idx.MinT, idx.MaxT = min(idx.MinT, g.MinT), max(idx.MaxT, g.MaxT)
+	sk.cur, sk.last = append(sk.cur, s), s.name
+	idx, g := &sk.idx, &sk.g
+	n := s.numRows()
+	if n == 0 {
+		// Exemplars only: no Parquet rows, but keep the index span.
 		for _, ex := range s.exemplars {
 			idx.MinT, idx.MaxT = min(idx.MinT, ex.T), max(idx.MaxT, ex.T)
 		}
-		idx.Samples += int64(s.numSamples())
-		idx.Histograms += int64(len(s.hists))
 		idx.Exemplars += int64(len(s.exemplars))
+		return nil
 	}
-	if curRows > 0 {
-		cur.to = len(series)
-		plans = append(plans, cur)
-		idx.RowGroups = append(idx.RowGroups, g)
+	if sk.curRows == 0 {
+		g.FirstMetric = sk.metricID[s.name]
 	}
+	g.LastMetric = sk.metricID[s.name]
+	g.Rows += int64(n)
+	g.Series++
+	sk.curRows += n
+	if lo, hi, ok := s.sampleSpan(sk.cw.arena); ok {
+		g.MinT, g.MaxT = min(g.MinT, lo), max(g.MaxT, hi)
+	}
+	for _, h := range s.hists {
+		g.MinT, g.MaxT = min(g.MinT, h.T), max(g.MaxT, h.T)
+	}
+	idx.MinT, idx.MaxT = min(idx.MinT, g.MinT), max(idx.MaxT, g.MaxT)
+	for _, ex := range s.exemplars {
+		idx.MinT, idx.MaxT = min(idx.MinT, ex.T), max(idx.MaxT, ex.T)
+	}
+	idx.Samples += int64(s.numSamples())
+	idx.Histograms += int64(len(s.hists))
+	idx.Exemplars += int64(len(s.exemplars))
+	return nil
+}
+
+// flush writes the row group gathered and starts the next.
+func (sk *segmentSink) flush() error {
+	if err := sk.cw.writeRowGroup(sk.w, sk.cur); err != nil {
+		return err
+	}
+	sk.idx.RowGroups = append(sk.idx.RowGroups, sk.g)
+	clear(sk.cur) // written: the series may go
+	sk.cur, sk.curRows = sk.cur[:0], 0
+	sk.g = RowGroupInfo{MinT: math.MaxInt64, MaxT: math.MinInt64}
+	return nil
+}
+
+// finish writes the last row group and the footer, and returns the
+// segment's bytes and index; table (format 2) is the segment's series.
+func (sk *segmentSink) finish(table *SeriesTable) (data, index []byte, err error) {
+	e, idx := sk.e, &sk.idx
+	if sk.curRows > 0 {
+		if err := sk.flush(); err != nil {
+			return nil, nil, err
+		}
+	}
+	sk.cur = nil
+	e.probeAt("grouped")
+	// The samples are written: the arena (and the collector it is part
+	// of) is garbage from here, and so are the series, before the page
+	// index is read back and the index encoded.
+	sk.cw.arena = nil
 	// The footer carries the summary (format 1): it is parsed on every
 	// open. The catalog's index (format 2) adds the series table and the
 	// page index's checksum, once the file is written.
@@ -124,12 +219,9 @@ func (e *Encoder) write(c *collector, series []*seriesData, meta []Metadata, siz
 	if err != nil {
 		return nil, nil, err
 	}
-
-	// Footer metadata.
-	kv := metadata.NewKeyValueMetadata()
 	add := func(k, v string) {
 		if err == nil {
-			err = kv.Append(k, v)
+			err = sk.w.AppendKeyValueMetadata(k, v)
 		}
 	}
 	add(KeyEncoder, EncoderVersion)
@@ -138,70 +230,28 @@ func (e *Encoder) write(c *collector, series []*seriesData, meta []Metadata, siz
 		add(KeyMaxTime, strconv.FormatInt(idx.MaxT, 10))
 	}
 	add(KeySegmentIndex, base64.StdEncoding.EncodeToString(summary))
-	var extras Batch
-	var sb labels.ScratchBuilder
-	extras.Metadata = meta
-	for _, s := range series {
-		if len(s.exemplars) > 0 {
-			extras.Series = append(extras.Series, Series{Labels: s.labels(symbols, &sb), Exemplars: s.exemplars})
-		}
-	}
-	if len(extras.Series) > 0 || len(extras.Metadata) > 0 {
-		eb, encErr := EncodeBatch(&extras)
+	if len(sk.extras) > 0 || len(sk.meta) > 0 {
+		eb, encErr := EncodeBatch(&Batch{Series: sk.extras, Metadata: sk.meta})
 		if encErr != nil {
 			return nil, nil, encErr
 		}
 		add(KeyExtras, base64.StdEncoding.EncodeToString(eb))
 	}
-	if err != nil {
-		return nil, nil, err
-	}
-
-	var mem memory.Allocator = newWriteAllocator() // dropped with this write
-	if e.goAlloc {
-		mem = memory.NewGoAllocator()
-	}
-	root, props, err := segmentSchema(labelNames, dictionaryLabels(series, symbols), mem, !e.Opts.FormatV1)
-	if err != nil {
-		return nil, nil, err
-	}
-	var buf bytes.Buffer
-	buf.Grow(min(max(sizeHint, 4<<10), 64<<20))
-	w, err := file.NewParquetWriterWithError(&buf, root, file.WithWriterProps(props), file.WithWriteMetadata(kv))
-	if err != nil {
-		return nil, nil, err
-	}
-	cw := e.spare.get()
-	defer e.spare.put(cw)
-	cw.opts = &e.Opts
-	cw.labelNames, cw.labelRanks, cw.symbols, cw.arena = labelNames, labelRanks, symbols, arena
-	for _, p := range plans {
-		if err := cw.writeRowGroup(w, series[p.from:p.to]); err != nil {
-			return nil, nil, err
-		}
-	}
-	e.probeAt("grouped")
-	// The series are live until the last row group is written: the probe
-	// above counts them (nothing refers to them after it).
-	runtime.KeepAlive(series)
-	// The samples are written: the arena (and the collector it is part
-	// of) is garbage from here, and so are the series, before the page
-	// index is read back and the index encoded.
-	cw.arena = nil
 	// The data region (magic and every page) is checksummed in the footer:
 	// the reader verifies it before any page is decoded, because the
 	// Parquet decoder can loop forever on some corrupt pages.
-	dataEnd := buf.Len()
-	if err := w.AppendKeyValueMetadata(KeyDataChecksum, strconv.FormatUint(xxhash.Sum64(buf.Bytes()), 16)); err != nil {
+	dataEnd := sk.buf.Len()
+	add(KeyDataChecksum, strconv.FormatUint(xxhash.Sum64(sk.buf.Bytes()), 16))
+	if err != nil {
 		return nil, nil, err
 	}
-	if err := w.Close(); err != nil {
+	if err := sk.w.Close(); err != nil {
 		return nil, nil, err
 	}
 	e.probeAt("written")
 	// Close wrote the page index between the data region and the footer;
 	// the footer's checksum cannot cover it, the catalog's index does.
-	out := buf.Bytes()
+	out := sk.buf.Bytes()
 	if e.Opts.FormatV1 {
 		return out, summary, nil
 	}
