@@ -14,13 +14,19 @@ import (
 // and in every segment's footer under KeyEncoder.
 const EncoderVersion = "promsample/1"
 
-// DefaultMaxMergeBytes bounds the input bytes of one Merge.
+// DefaultMaxMergeBytes bounds the input bytes of one Merge of segments
+// without series tables (decoded whole, see Merge).
 const DefaultMaxMergeBytes = 16 << 20
+
+// DefaultMaxStreamMergeBytes bounds the input bytes of one Merge of
+// segments with series tables. A merge holds its output's bytes (about its
+// input's) and its inputs' BLOBs.
+const DefaultMaxStreamMergeBytes = 64 << 20
 
 // Options tunes an Encoder; the zero value means defaults.
 type Options struct {
 	RowGroupRows  int   // 0 = DefaultRowGroupRows
-	MaxMergeBytes int64 // 0 = DefaultMaxMergeBytes
+	MaxMergeBytes int64 // 0 = DefaultMaxStreamMergeBytes, or DefaultMaxMergeBytes for segments without series tables
 	// FormatV1 writes segments as this encoder did before the catalog
 	// index's format 2: a format-1 catalog index (no series table, no page
 	// checksums), no page index, pages cut for compression only. For
@@ -210,45 +216,75 @@ func (e *Encoder) collectRows(rc *rowCollector, rows []archive.Row, consume bool
 // as their total size stays within Options.MaxMergeBytes. It returns
 // consumed < 2 and no segment when fewer than two fit. Samples are
 // re-canonicalized, so duplicates across the merged segments go too.
+//
+// Segments whose indexes carry their series tables (every segment sealed
+// since format 2) are merged as a stream (mergeStream), holding a row group
+// of each at a time, up to DefaultMaxStreamMergeBytes by default; others
+// are decoded whole (mergeInMemory), up to DefaultMaxMergeBytes.
 func (e *Encoder) Merge(stream string, segs []archive.StoredSegment) (*archive.Segment, int, error) {
-	limit := e.Opts.MaxMergeBytes
-	if limit <= 0 {
+	streaming := len(segs) >= 2 && IndexHasTable(segs[0].Index) && IndexHasTable(segs[1].Index)
+	limit := e.MergeBytes()
+	if !streaming && e.Opts.MaxMergeBytes <= 0 {
 		limit = DefaultMaxMergeBytes
 	}
 	n := 0
 	var total int64
-	for n < len(segs) && (n < 1 || total+int64(len(segs[n].Bytes)) <= limit) {
+	for n < len(segs) && (n < 1 || total+int64(len(segs[n].Bytes)) <= limit) && (!streaming || IndexHasTable(segs[n].Index)) {
 		total += int64(len(segs[n].Bytes))
 		n++
 	}
 	if n < 2 {
 		return nil, n, nil
 	}
-	c := newPackingCollector()
-	all := Query{MinT: math.MinInt64, MaxT: math.MaxInt64}
+	var data, idx []byte
+	var err error
+	if streaming {
+		data, idx, err = e.mergeStream(segs[:n])
+	} else {
+		data, idx, err = e.mergeInMemory(stream, segs[:n], total)
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("stream %q: %w", stream, err)
+	}
 	var rows int64
 	for _, s := range segs[:n] {
+		rows += s.Rows
+	}
+	return &archive.Segment{Bytes: data, Rows: rows, FirstTS: segs[0].FirstTS, LastTS: segs[n-1].LastTS, Index: idx}, n, nil
+}
+
+// MergeBytes is how many bytes of segments one Merge takes at most
+// (archive.MergeBudget): Options.MaxMergeBytes, or by default
+// DefaultMaxStreamMergeBytes.
+func (e *Encoder) MergeBytes() int64 {
+	if e.Opts.MaxMergeBytes > 0 {
+		return e.Opts.MaxMergeBytes
+	}
+	return DefaultMaxStreamMergeBytes
+}
+
+// mergeInMemory merges segs by decoding each whole into one collector: it
+// holds every series of its inputs at once.
+func (e *Encoder) mergeInMemory(stream string, segs []archive.StoredSegment, total int64) (data, index []byte, err error) {
+	c := newPackingCollector()
+	all := Query{MinT: math.MinInt64, MaxT: math.MaxInt64}
+	for _, s := range segs {
 		e.Opts.yield()
 		got, err := ReadSegment(s.Bytes, all)
 		if err != nil {
-			return nil, 0, fmt.Errorf("stream %q segment %d: %w", stream, s.Seq, err)
+			return nil, nil, fmt.Errorf("segment %d: %w", s.Seq, err)
 		}
 		for _, sr := range got {
 			c.addSeries(sr)
 		}
 		meta, err := ReadSegmentMetadata(s.Bytes)
 		if err != nil {
-			return nil, 0, fmt.Errorf("stream %q segment %d: %w", stream, s.Seq, err)
+			return nil, nil, fmt.Errorf("segment %d: %w", s.Seq, err)
 		}
 		c.add(&Batch{Metadata: meta})
-		rows += s.Rows
 	}
 	series, meta := c.finish()
-	data, idx, err := e.write(c, series, meta, int(total))
-	if err != nil {
-		return nil, 0, fmt.Errorf("stream %q: %w", stream, err)
-	}
-	return &archive.Segment{Bytes: data, Rows: rows, FirstTS: segs[0].FirstTS, LastTS: segs[n-1].LastTS, Index: idx}, n, nil
+	return e.write(c, series, meta, int(total))
 }
 
 // probeAt calls the probe, if any (see Encoder.probe).

@@ -197,11 +197,31 @@ func ParseIndexSpan(head []byte) (minT, maxT int64, err error) {
 }
 
 func parseIndex(b []byte, withLabels bool, fn SeriesFunc) (Index, error) {
+	x, r, err := parseIndexHead(b)
+	if err != nil {
+		return Index{}, err
+	}
+	if b[0] == indexFormatV2 && r.err == nil {
+		x.Table = parseSeriesTable(&r, withLabels, fn)
+	}
+	if r.err == nil && r.left() != 0 {
+		r.fail("trailing bytes")
+	}
+	if r.err != nil {
+		return Index{}, corruptSegment("index", r.err)
+	}
+	return x, nil
+}
+
+// parseIndexHead reads what precedes the series table of an encoded
+// index, and returns a reader at the table (a format-2 index) or at its
+// end. Failures are in the reader's err.
+func parseIndexHead(b []byte) (Index, reader, error) {
 	if len(b) == 0 {
-		return Index{}, corruptSegment("empty index", nil)
+		return Index{}, reader{}, corruptSegment("empty index", nil)
 	}
 	if b[0] != indexFormatV1 && b[0] != indexFormatV2 {
-		return Index{}, fmt.Errorf("%w: index format %d", ErrUnsupportedVersion, b[0])
+		return Index{}, reader{}, fmt.Errorf("%w: index format %d", ErrUnsupportedVersion, b[0])
 	}
 	r := reader{b: b[1:]}
 	var x Index
@@ -247,15 +267,8 @@ func parseIndex(b []byte, withLabels bool, fn SeriesFunc) (Index, error) {
 			}
 			x.PageSums = append(x.PageSums, sums)
 		}
-		x.Table = parseSeriesTable(&r, withLabels, fn)
 	}
-	if r.err == nil && r.left() != 0 {
-		r.fail("trailing bytes")
-	}
-	if r.err != nil {
-		return Index{}, corruptSegment("index", r.err)
-	}
-	return x, nil
+	return x, r, nil
 }
 
 func (r *reader) nonNeg() int64 {

@@ -493,19 +493,7 @@ func (rr *rowGroupReader) read(rg *file.RowGroupReader, c *segmentColumns, q Que
 	// Room for the group's series at once (a no-op when ReadSegment
 	// sized out for every series: a query without matchers).
 	out = slices.Grow(out, matched)
-	if rr.ts, rr.def, err = readInt64(rg, c.ts, n, rr.ts, rr.def); err != nil {
-		return out, err
-	}
-	if rr.vals, rr.fdef, err = readFloat64(rg, c.value, n, rr.vals, rr.fdef); err != nil {
-		return out, err
-	}
-	if rr.ints, rr.idef, err = readInt64(rg, c.ival, n, rr.ints, rr.idef); err != nil {
-		return out, err
-	}
-	if rr.divs, rr.ddef, err = readFloat64(rg, c.div, n, rr.divs, rr.ddef); err != nil {
-		return out, err
-	}
-	if rr.ba, rr.hdef, err = readByteArrays(rg, c.hist, n, rr.ba, rr.hdef); err != nil {
+	if err := rr.readValues(rg, c, n); err != nil {
 		return out, err
 	}
 	// The row group's samples share one array, cut per series (capped, so
@@ -521,44 +509,26 @@ func (rr *rowGroupReader) read(rg *file.RowGroupReader, c *segmentColumns, q Que
 		}
 	}
 	samples := make([]Sample, 0, kept)
-	vi, ii, di, hi := 0, 0, 0, 0 // positions in the dense value slices
+	var at valuePos
 	for _, s := range runs {
 		var res Series
 		first := len(samples)
 		for r := s.start; r < s.end; r++ {
 			t := rr.ts[r]
 			keep := s.matched && t >= q.MinT && t <= q.MaxT
+			v, hb, hist, err := rr.value(r, &at)
 			switch {
-			case rr.fdef[r] == 1:
-				if keep {
-					samples = append(samples, Sample{T: t, V: rr.vals[vi]})
-				}
-				vi++
-			case rr.idef[r] == 1:
-				v := float64(rr.ints[ii])
-				if rr.ddef[r] == 1 {
-					v /= rr.divs[di]
-					di++
-				}
-				if keep {
-					samples = append(samples, Sample{T: t, V: v})
-				}
-				ii++
-			case rr.hdef[r] == 1:
-				if keep {
-					hr := reader{b: rr.ba[hi]}
-					h := hr.histogram(t)
-					if hr.err == nil && hr.left() != 0 {
-						hr.fail("trailing histogram bytes")
-					}
-					if hr.err != nil {
-						return out, corruptSegment(fmt.Sprintf("histogram at row %d", r), hr.err)
-					}
-					res.Histograms = append(res.Histograms, h)
-				}
-				hi++
+			case err != nil:
+				return out, err
+			case !keep:
+			case !hist:
+				samples = append(samples, Sample{T: t, V: v})
 			default:
-				return out, corruptSegment(fmt.Sprintf("row %d has no value", r), nil)
+				h, err := decodeHistogram(hb, t)
+				if err != nil {
+					return out, corruptSegment(fmt.Sprintf("histogram at row %d", r), err)
+				}
+				res.Histograms = append(res.Histograms, h)
 			}
 		}
 		if len(samples) > first {
@@ -577,6 +547,62 @@ func (rr *rowGroupReader) read(rg *file.RowGroupReader, c *segmentColumns, q Que
 		out = append(out, res)
 	}
 	return out, nil
+}
+
+// valuePos is a position in the dense value slices of a rowGroupReader.
+type valuePos struct{ vi, ii, di, hi int }
+
+// value returns row r's value, which rr's columns hold, and moves at past
+// it: a float sample's value, or (hist true) a histogram's encoding. Rows
+// must be taken in order from the group's first.
+func (rr *rowGroupReader) value(r int, at *valuePos) (v float64, hb []byte, hist bool, err error) {
+	switch {
+	case rr.fdef[r] == 1:
+		v = rr.vals[at.vi]
+		at.vi++
+	case rr.idef[r] == 1:
+		v = float64(rr.ints[at.ii])
+		if rr.ddef[r] == 1 {
+			v /= rr.divs[at.di]
+			at.di++
+		}
+		at.ii++
+	case rr.hdef[r] == 1:
+		hb, hist = rr.ba[at.hi], true
+		at.hi++
+	default:
+		return 0, nil, false, corruptSegment(fmt.Sprintf("row %d has no value", r), nil)
+	}
+	return v, hb, hist, nil
+}
+
+// readValues reads the timestamp and value columns of a row group of n
+// rows into rr.
+func (rr *rowGroupReader) readValues(rg *file.RowGroupReader, c *segmentColumns, n int64) (err error) {
+	if rr.ts, rr.def, err = readInt64(rg, c.ts, n, rr.ts, rr.def); err != nil {
+		return err
+	}
+	if rr.vals, rr.fdef, err = readFloat64(rg, c.value, n, rr.vals, rr.fdef); err != nil {
+		return err
+	}
+	if rr.ints, rr.idef, err = readInt64(rg, c.ival, n, rr.ints, rr.idef); err != nil {
+		return err
+	}
+	if rr.divs, rr.ddef, err = readFloat64(rg, c.div, n, rr.divs, rr.ddef); err != nil {
+		return err
+	}
+	rr.ba, rr.hdef, err = readByteArrays(rg, c.hist, n, rr.ba, rr.hdef)
+	return err
+}
+
+// decodeHistogram decodes a histogram's encoding (a __hist__ value).
+func decodeHistogram(b []byte, t int64) (Histogram, error) {
+	hr := reader{b: b}
+	h := hr.histogram(t)
+	if hr.err == nil && hr.left() != 0 {
+		hr.fail("trailing histogram bytes")
+	}
+	return h, hr.err
 }
 
 func grow[T any](s []T, n int64) []T {
