@@ -149,6 +149,14 @@ type SegmentMerger interface {
 	Merge(stream string, segments []StoredSegment) (merged *Segment, consumed int, err error)
 }
 
+// MergeBudget is implemented by a SegmentMerger whose memory does not grow
+// with the rows of what it merges (one that streams its inputs): Compact
+// then also offers it runs of segments whose rows pass the target, up to
+// MergeBytes bytes of segments in all.
+type MergeBudget interface {
+	MergeBytes() int64
+}
+
 // StoredSegment is one row of the segments table.
 type StoredSegment struct {
 	Seq int64

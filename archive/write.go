@@ -447,13 +447,22 @@ func compactStream(ctx context.Context, read func(func(*ReadTx) error) error, tx
 	}
 	c := Compacted{Before: len(metas), After: len(metas)}
 	target := max(targetRows, 1)
+	var budget int64
+	if b, ok := merger.(MergeBudget); ok {
+		budget = b.MergeBytes()
+	}
 	for i := 0; i < len(metas); {
-		j, rows := i, int64(0)
-		for j < len(metas) && rows+metas[j].Rows <= target {
-			rows += metas[j].Rows
+		j, rows, size := i, int64(0), int64(0)
+		for j < len(metas) && (rows+metas[j].Rows <= target || size+metas[j].Size <= budget) {
+			rows, size = rows+metas[j].Rows, size+metas[j].Size
 			j++
 		}
-		if j-i < 2 {
+		// Past the target rows, a run whose first segment is larger than
+		// the rest of it together does not start there: else a merged
+		// segment would be rewritten whole to take in each new small one
+		// (every pass, until the budget), where this way a segment is
+		// rewritten each time the data it takes in at least doubles it.
+		if j-i < 2 || (rows > target && 2*metas[i].Size > size) {
 			i++
 			continue
 		}

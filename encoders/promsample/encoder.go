@@ -116,6 +116,7 @@ var (
 	_ archive.SegmentEncoder   = (*Encoder)(nil)
 	_ archive.ConsumingEncoder = (*Encoder)(nil)
 	_ archive.SegmentMerger    = (*Encoder)(nil)
+	_ archive.MergeBudget      = (*Encoder)(nil)
 )
 
 // Version returns EncoderVersion.
