@@ -144,7 +144,15 @@
 // ReadSegmentMetadata / ReadRowsMetadata return metadata; ParseIndex and
 // ReadSegmentIndex the Index. Encoder.Merge (archive.SegmentMerger)
 // re-canonicalizes consecutive segments into one: Rows = their sum,
-// FirstTS of the first, LastTS of the last.
+// FirstTS of the first, LastTS of the last. Segments whose indexes carry
+// series tables are merged as a stream (mergestream.go): each table lists
+// its segment's series in row order with their row counts, so a merge
+// walks the inputs' tables and rows side by side and writes the least
+// series of them at each step, holding a row group of each input rather
+// than every series of them all; a merge's memory is then its output's
+// bytes, and compaction can make a stream's hour one or a few segments at
+// a million series (archive.MergeBudget), where decoding its inputs whole
+// it merged pairs.
 //
 // Caveats: a label with an empty value is absent (Prometheus semantics); a
 // series without __name__ is stored with an empty __name__. Decoded Batches

@@ -87,6 +87,7 @@ func (e *Encoder) mergeStream(segs []archive.StoredSegment) (data, index []byte,
 	var prevName uint32 // the last series', for the check of order below
 	var prevKey []uint32
 	seen := false
+	var from []*mergeInput
 	maxRows := 4 * e.rowGroupRows()
 	for {
 		var least *mergeInput
@@ -109,10 +110,19 @@ func (e *Encoder) mergeStream(segs []archive.StoredSegment) (data, index []byte,
 		}
 		prevName, prevKey, seen = sd.name, append(prevKey[:0], sd.pairs...), true
 		hash := least.table.hash
+		// The inputs that hold the series, and its rows in all of them:
+		// its samples are allocated once (up to what a series may hold
+		// before splitLongSeries cuts it; the tables' counts are not
+		// trusted with an allocation larger than that).
+		from = from[:0]
+		rows := 0
 		for _, in := range ins {
-			if !in.more || in.name != sd.name || !slices.Equal(in.table.key, sd.pairs) {
-				continue
+			if in.more && in.name == sd.name && slices.Equal(in.table.key, sd.pairs) {
+				from, rows = append(from, in), rows+int(in.table.rows)
 			}
+		}
+		sd.samples = make([]Sample, 0, min(rows, maxRows))
+		for _, in := range from {
 			if err := in.rows.take(int(in.table.rows), sd); err != nil {
 				return nil, nil, err
 			}
@@ -410,7 +420,6 @@ func (c *rowCursor) take(n int, sd *seriesData) error {
 			continue
 		}
 		end := min(c.pos+n, c.n)
-		sd.samples = slices.Grow(sd.samples, end-c.pos)
 		for r := c.pos; r < end; r++ {
 			t := c.rr.ts[r]
 			v, hb, hist, err := c.rr.value(r, &c.at)
