@@ -11,10 +11,10 @@ import (
 // budgetMerger is Tags with a MergeBudget.
 type budgetMerger struct {
 	at.Tags
-	bytes int64
+	bytes, span int64
 }
 
-func (m budgetMerger) MergeBytes() int64 { return m.bytes }
+func (m budgetMerger) MergeBudget() (int64, int64) { return m.bytes, m.span }
 
 func sizesOf(t *testing.T, h *archive.WriteHandle, src archive.SourceID, stream string) []int64 {
 	t.Helper()
@@ -39,6 +39,7 @@ func TestCompactionOffersAMergeBudgetRunsOfLargeSegments(t *testing.T) {
 		name   string
 		segs   [][]int64 // each segment's ts
 		budget func(sizes []int64) int64
+		span   int64 // 0: 1000
 		want   []metaRow
 		merges int
 	}{
@@ -63,6 +64,14 @@ func TestCompactionOffersAMergeBudgetRunsOfLargeSegments(t *testing.T) {
 			merges: 1,
 		},
 		{
+			name:   "a budget's runs span at most its span",
+			segs:   [][]int64{{10, 11, 12, 13}, {14, 15, 16, 17}, {18, 19, 20, 21}, {22, 23, 24, 25}},
+			budget: func([]int64) int64 { return 1 << 20 },
+			span:   11, // 10..21, not 10..25
+			want:   []metaRow{{0, 12, 10, 21}, {3, 4, 22, 25}},
+			merges: 1,
+		},
+		{
 			name:   "a large segment waits for the small ones to outgrow it",
 			segs:   [][]int64{{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, {13}, {14}, {15}},
 			budget: func([]int64) int64 { return 1 << 20 },
@@ -76,7 +85,10 @@ func TestCompactionOffersAMergeBudgetRunsOfLargeSegments(t *testing.T) {
 			for i, ts := range tc.segs {
 				putSeg(t, h, src, "s", int64(i), ts...)
 			}
-			m := budgetMerger{bytes: tc.budget(sizesOf(t, h, src, "s"))}
+			m := budgetMerger{bytes: tc.budget(sizesOf(t, h, src, "s")), span: tc.span}
+			if m.span == 0 {
+				m.span = 1000
+			}
 			c, err := h.CompactStream(ctx, src, "s", 2, m)
 			must(t, err)
 			eq(t, "compacted", c, archive.Compacted{Before: len(tc.segs), After: len(tc.want), Merges: tc.merges})

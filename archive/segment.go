@@ -152,9 +152,12 @@ type SegmentMerger interface {
 // MergeBudget is implemented by a SegmentMerger whose memory does not grow
 // with the rows of what it merges (one that streams its inputs): Compact
 // then also offers it runs of segments whose rows pass the target, up to
-// MergeBytes bytes of segments in all.
+// bytes of segments in all and spanning at most span of ts (from the
+// first segment's FirstTS to the last's LastTS, in the caller's unit). The
+// span keeps a merged segment, which retention removes whole once its
+// newest row has expired, from holding a long stretch of a quiet stream.
 type MergeBudget interface {
-	MergeBytes() int64
+	MergeBudget() (bytes, span int64)
 }
 
 // StoredSegment is one row of the segments table.

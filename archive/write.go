@@ -447,13 +447,14 @@ func compactStream(ctx context.Context, read func(func(*ReadTx) error) error, tx
 	}
 	c := Compacted{Before: len(metas), After: len(metas)}
 	target := max(targetRows, 1)
-	var budget int64
+	var budget, span int64
 	if b, ok := merger.(MergeBudget); ok {
-		budget = b.MergeBytes()
+		budget, span = b.MergeBudget()
 	}
 	for i := 0; i < len(metas); {
 		j, rows, size := i, int64(0), int64(0)
-		for j < len(metas) && (rows+metas[j].Rows <= target || size+metas[j].Size <= budget) {
+		for j < len(metas) && (rows+metas[j].Rows <= target ||
+			(size+metas[j].Size <= budget && metas[j].LastTS-metas[i].FirstTS <= span)) {
 			rows, size = rows+metas[j].Rows, size+metas[j].Size
 			j++
 		}

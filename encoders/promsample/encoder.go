@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/dendro-receiver/dendro-receiver/archive"
 )
@@ -23,10 +24,19 @@ const DefaultMaxMergeBytes = 16 << 20
 // input's) and its inputs' BLOBs.
 const DefaultMaxStreamMergeBytes = 64 << 20
 
+// DefaultMaxMergeSpan bounds how long a stretch of receipt time the
+// segments of a run that compaction offers past its target rows may
+// cover (archive.MergeBudget): an hour, the span dashboards ask for most,
+// so that a one-series question over it reads a segment or a few.
+const DefaultMaxMergeSpan = time.Hour
+
 // Options tunes an Encoder; the zero value means defaults.
 type Options struct {
 	RowGroupRows  int   // 0 = DefaultRowGroupRows
 	MaxMergeBytes int64 // 0 = DefaultMaxStreamMergeBytes, or DefaultMaxMergeBytes for segments without series tables
+	// MaxMergeSpan bounds the receipt times of a run compaction offers
+	// past its target rows (0 = DefaultMaxMergeSpan; see MergeBudget).
+	MaxMergeSpan time.Duration
 	// FormatV1 writes segments as this encoder did before the catalog
 	// index's format 2: a format-1 catalog index (no series table, no page
 	// checksums), no page index, pages cut for compression only. For
@@ -224,7 +234,7 @@ func (e *Encoder) collectRows(rc *rowCollector, rows []archive.Row, consume bool
 // are decoded whole (mergeInMemory), up to DefaultMaxMergeBytes.
 func (e *Encoder) Merge(stream string, segs []archive.StoredSegment) (*archive.Segment, int, error) {
 	streaming := len(segs) >= 2 && IndexHasTable(segs[0].Index) && IndexHasTable(segs[1].Index)
-	limit := e.MergeBytes()
+	limit, _ := e.MergeBudget()
 	if !streaming && e.Opts.MaxMergeBytes <= 0 {
 		limit = DefaultMaxMergeBytes
 	}
@@ -254,14 +264,19 @@ func (e *Encoder) Merge(stream string, segs []archive.StoredSegment) (*archive.S
 	return &archive.Segment{Bytes: data, Rows: rows, FirstTS: segs[0].FirstTS, LastTS: segs[n-1].LastTS, Index: idx}, n, nil
 }
 
-// MergeBytes is how many bytes of segments one Merge takes at most
-// (archive.MergeBudget): Options.MaxMergeBytes, or by default
-// DefaultMaxStreamMergeBytes.
-func (e *Encoder) MergeBytes() int64 {
-	if e.Opts.MaxMergeBytes > 0 {
-		return e.Opts.MaxMergeBytes
+// MergeBudget says what one Merge takes at most (archive.MergeBudget):
+// Options.MaxMergeBytes of segments (by default DefaultMaxStreamMergeBytes),
+// received within Options.MaxMergeSpan (by default DefaultMaxMergeSpan) of
+// each other.
+func (e *Encoder) MergeBudget() (bytes, span int64) {
+	bytes, span = e.Opts.MaxMergeBytes, int64(e.Opts.MaxMergeSpan)
+	if bytes <= 0 {
+		bytes = DefaultMaxStreamMergeBytes
 	}
-	return DefaultMaxStreamMergeBytes
+	if span <= 0 {
+		span = int64(DefaultMaxMergeSpan)
+	}
+	return bytes, span
 }
 
 // mergeInMemory merges segs by decoding each whole into one collector: it
