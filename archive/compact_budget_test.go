@@ -2,6 +2,7 @@ package archive_test
 
 import (
 	"context"
+	"math"
 	"testing"
 
 	"github.com/dendro-receiver/dendro-receiver/archive"
@@ -70,6 +71,12 @@ func TestCompactionOffersAMergeBudgetRunsOfLargeSegments(t *testing.T) {
 			span:   11, // 10..21, not 10..25
 			want:   []metaRow{{0, 12, 10, 21}, {3, 4, 22, 25}},
 			merges: 1,
+		},
+		{
+			name:   "a span across the whole range of ts is not within the span",
+			segs:   [][]int64{{math.MinInt64, math.MinInt64 + 1}, {math.MaxInt64 - 2, math.MaxInt64 - 1, math.MaxInt64}},
+			budget: func([]int64) int64 { return 1 << 20 },
+			want:   []metaRow{{0, 2, math.MinInt64, math.MinInt64 + 1}, {1, 3, math.MaxInt64 - 2, math.MaxInt64}},
 		},
 		{
 			name:   "a large segment waits for the small ones to outgrow it",

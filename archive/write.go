@@ -454,7 +454,7 @@ func compactStream(ctx context.Context, read func(func(*ReadTx) error) error, tx
 	for i := 0; i < len(metas); {
 		j, rows, size := i, int64(0), int64(0)
 		for j < len(metas) && (rows+metas[j].Rows <= target ||
-			(size+metas[j].Size <= budget && metas[j].LastTS-metas[i].FirstTS <= span)) {
+			(size+metas[j].Size <= budget && spanWithin(metas[i].FirstTS, metas[j].LastTS, span))) {
 			rows, size = rows+metas[j].Rows, size+metas[j].Size
 			j++
 		}
@@ -481,6 +481,13 @@ func compactStream(ctx context.Context, read func(func(*ReadTx) error) error, tx
 		i += consumed
 	}
 	return c, nil
+}
+
+// spanWithin reports whether first <= last and last-first <= span, for
+// any int64s (ts cover the whole signed range, where the difference of
+// two overflows).
+func spanWithin(first, last, span int64) bool {
+	return last >= first && uint64(last)-uint64(first) <= uint64(max(span, 0))
 }
 
 func mergeRun(ctx context.Context, read func(func(*ReadTx) error) error, txn func(func(*WriteTx) error) error,
