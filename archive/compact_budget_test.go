@@ -19,15 +19,7 @@ func (m budgetMerger) MergeBudget() (int64, int64) { return m.bytes, m.span }
 
 func sizesOf(t *testing.T, h *archive.WriteHandle, src archive.SourceID, stream string) []int64 {
 	t.Helper()
-	var out []int64
-	view(t, h, func(tx *archive.ReadTx) error {
-		metas, err := tx.SegmentMetas(src, stream)
-		for _, m := range metas {
-			out = append(out, m.Size)
-		}
-		return err
-	})
-	return out
+	return segmentsField(t, h, src, stream, func(m archive.StoredSegment) int64 { return m.Size })
 }
 
 // A merger with a MergeBudget is offered runs past the target rows, up to

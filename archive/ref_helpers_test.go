@@ -126,11 +126,18 @@ func streamsOf(t *testing.T, v viewer, src archive.SourceID) []string {
 
 func seqsOf(t *testing.T, v viewer, src archive.SourceID, stream string) []int64 {
 	t.Helper()
-	out := []int64{}
+	return segmentsField(t, v, src, stream, func(m archive.StoredSegment) int64 { return m.Seq })
+}
+
+// segmentsField returns f of each catalog entry of a stream's segments,
+// in seq order.
+func segmentsField[T any](t *testing.T, v viewer, src archive.SourceID, stream string, f func(archive.StoredSegment) T) []T {
+	t.Helper()
+	out := []T{}
 	view(t, v, func(tx *archive.ReadTx) error {
 		metas, err := tx.SegmentMetas(src, stream)
 		for _, m := range metas {
-			out = append(out, m.Seq)
+			out = append(out, f(m))
 		}
 		return err
 	})

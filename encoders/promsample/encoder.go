@@ -252,7 +252,7 @@ func (e *Encoder) Merge(stream string, segs []archive.StoredSegment) (*archive.S
 	if streaming {
 		data, idx, err = e.mergeStream(segs[:n])
 	} else {
-		data, idx, err = e.mergeInMemory(stream, segs[:n], total)
+		data, idx, err = e.mergeInMemory(segs[:n], total)
 	}
 	if err != nil {
 		return nil, 0, fmt.Errorf("stream %q: %w", stream, err)
@@ -281,7 +281,7 @@ func (e *Encoder) MergeBudget() (bytes, span int64) {
 
 // mergeInMemory merges segs by decoding each whole into one collector: it
 // holds every series of its inputs at once.
-func (e *Encoder) mergeInMemory(stream string, segs []archive.StoredSegment, total int64) (data, index []byte, err error) {
+func (e *Encoder) mergeInMemory(segs []archive.StoredSegment, total int64) (data, index []byte, err error) {
 	c := newPackingCollector()
 	all := Query{MinT: math.MinInt64, MaxT: math.MaxInt64}
 	for _, s := range segs {

@@ -75,7 +75,7 @@ func TestMergeStreamAgreesWithMergeInMemory(t *testing.T) {
 			for _, s := range segs {
 				total += int64(len(s.Bytes))
 			}
-			mem, memIdx, err := enc.mergeInMemory("s", segs, total)
+			mem, memIdx, err := enc.mergeInMemory(segs, total)
 			if err != nil {
 				t.Fatal(err)
 			}
