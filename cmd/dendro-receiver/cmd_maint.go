@@ -83,7 +83,8 @@ func compactCmd(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	app := newOpApp("compact", "Merge runs of adjacent small segments of every stream, then return the freed pages to the "+
 		"filesystem. Needs the archive to itself: refused while a server runs (which compacts on its own).",
 		"dendro-receiver compact --archive.path=/var/lib/dendro-receiver/dendro.db", stdout)
-	target := app.Flag("target-rows", "Merge segments up to this many wal rows (requests' shares).").
+	target := app.Flag("target-rows", "Merge segments up to this many wal rows (requests' shares); segments "+
+		"with series tables (sealed since format 2) also past it, up to 64 MiB received within an hour.").
 		Default(fmt.Sprint(receiver.DefaultCompactTargetRows)).Int64()
 	if ok, err := app.parse(args); !ok {
 		return err

@@ -130,7 +130,8 @@ func parseFlags(args []string, stdout io.Writer) (*config, bool, error) {
 	app.Flag("seal.max-age", "... or when its oldest live row is this old.").Default("5m").SetValue(named("seal.max-age", &c.sealMaxAge))
 	app.Flag("series.idle-timeout", "A series not written for this long drops its ingest state, as Prometheus's head drops "+
 		"idle series; its data stays readable (0: never).").Default("1h").SetValue(named("series.idle-timeout", &c.idleTimeout))
-	app.Flag("compact.target-rows", "Merge small segments up to this many rows (0: default, -1: off).").
+	app.Flag("compact.target-rows", "Merge small segments up to this many rows (0: default, -1: off); segments with "+
+		"series tables also past it, up to 64 MiB received within an hour.").
 		Default("0").Int64Var(&c.compactRows)
 	app.Flag("web.max-request-bytes", "Largest remote-write body accepted, compressed (413 above).").
 		Default("32MiB").SetValue(named("web.max-request-bytes", (*bytesValue)(&c.maxRequest)))
