@@ -438,10 +438,15 @@ func TestForwardOutageLosesNothing(t *testing.T) {
 		t.Fatal("Prometheus did not stop")
 	}
 	var maxLag float64
-	poll(t, 60*time.Second, 250*time.Millisecond, "the lag rising during the outage", func() (bool, string) {
+	// Until the forwarder has tried the stopped upstream, not only until
+	// the lag has risen: on a host whose CPUs the other tests saturate (CI
+	// runs them in parallel under -race) the lag can rise before any
+	// attempt fails, and the upstream would be back before one did.
+	poll(t, 60*time.Second, 250*time.Millisecond, "the lag rising during the outage and a send failing", func() (bool, string) {
 		v, err := metric(base, "dendro_forward_lag_seconds", "")
 		maxLag = max(maxLag, v)
-		return err == nil && v >= 6, fmt.Sprintf("lag %v (%v)", v, err)
+		r, rerr := metric(base, "dendro_forward_requests_retried_total", "")
+		return err == nil && rerr == nil && v >= 6 && r > 0, fmt.Sprintf("lag %v (%v), requests retried %v (%v)", v, err, r, rerr)
 	})
 	prom = startPromReceiver(t, promBin, promAddr, promDir, logDir)
 	time.Sleep(time.Second)
