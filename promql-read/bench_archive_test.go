@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -318,4 +319,64 @@ func BenchmarkArchiveFirstOneSeries1h(b *testing.B) {
 	b.ReportMetric(float64(percentile(first, 0.5).Microseconds())/1000, "first-p50-ms")
 	b.ReportMetric(float64(percentile(second, 0.5).Microseconds())/1000, "second-p50-ms")
 	b.ReportMetric(float64(percentile(again, 0.5).Microseconds())/1000, "again-p50-ms")
+}
+
+// BenchmarkArchiveSelector1h asks what a dashboard's selective panel
+// does: `temperature_celsius{id="N"}` (or the first metric with an id
+// label) over the archive's last hour, a new id each time, so that every
+// question reads its series from the segments (one of each instance: a
+// run of series in each segment of every stream) and keeps them, with
+// one warmed handler as a server holds it.
+func BenchmarkArchiveSelector1h(b *testing.B) {
+	ab := openBenchArchive(b)
+	ctx := context.Background()
+	metric, ids := "", []string{}
+	seen := map[string]bool{}
+	for _, ls := range ab.series {
+		if !ls.Has("id") || (metric != "" && ls.Get(labels.MetricName) != metric) {
+			continue
+		}
+		if metric == "" && ls.Get(labels.MetricName) != "temperature_celsius" && ab.hasMetric("temperature_celsius") {
+			continue
+		}
+		metric = ls.Get(labels.MetricName)
+		if id := ls.Get("id"); !seen[id] {
+			seen[id] = true
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) == 0 {
+		b.Skip("no series with an id label")
+	}
+	api, err := NewAPI(ab.a, Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := api.Queryable().Warm(ctx); err != nil {
+		b.Fatal(err)
+	}
+	if err := api.WarmEngine(ctx); err != nil {
+		b.Fatal(err)
+	}
+	h := api.Handler()
+	var took []time.Duration
+	i := 0
+	for b.Loop() {
+		q := url.Values{"query": {metric + `{id="` + ids[i%len(ids)] + `"}`},
+			"start": {strconv.FormatInt(ab.maxt/1000-3600, 10)}, "end": {strconv.FormatInt(ab.maxt/1000, 10)}, "step": {"15"}}
+		i++
+		w := &discardWriter{}
+		t0 := time.Now()
+		h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/api/v1/query_range?"+q.Encode(), nil))
+		took = append(took, time.Since(t0))
+		if w.status != http.StatusOK || w.n == 0 {
+			b.Fatalf("status %d, %d bytes", w.status, w.n)
+		}
+	}
+	b.ReportMetric(float64(percentile(took, 0.5).Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(percentile(took, 0.9).Microseconds())/1000, "p90-ms")
+}
+
+func (ab *archiveBench) hasMetric(name string) bool {
+	return slices.Contains(ab.names, name)
 }
