@@ -673,7 +673,7 @@ func (s *store) metadata(ctx context.Context, metric string) ([]promsample.Metad
 	err := s.viewStreams(ctx, nc, func(c *catalog, src archive.SourceInfo, st string, metas []archive.StreamSegment) error {
 		for _, m := range metas {
 			id := s.segID(src.ID, m)
-			k := cacheKey{seg: id, kind: kindMetadata}
+			k := cacheKey{seg: s.names.of(id), kind: kindMetadata}
 			var md []promsample.Metadata
 			if v, ok := s.cache.get(k); ok {
 				md = v.([]promsample.Metadata)

@@ -450,7 +450,7 @@ func (s *store) warmLayouts(ctx context.Context) int {
 			if err != nil || !v2 {
 				return err // !v2: read whole, no layout
 			}
-			k := cacheKey{seg: id, kind: kindLayout}
+			k := cacheKey{seg: s.names.of(id), kind: kindLayout}
 			if _, hit := s.cache.get(k); hit {
 				return nil
 			}

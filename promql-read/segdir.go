@@ -72,7 +72,7 @@ func (s *store) dir(tx *archive.ReadTx, id segmentID) (d *segDir, ok bool, err e
 // cachedDir returns segment id's directory if the cache holds it, and
 // touches its hashTable (kept at least as long as d: hashTable).
 func (s *store) cachedDir(id segmentID) (*segDir, bool) {
-	v, hit := s.cache.get(cacheKey{seg: id, kind: kindDir})
+	v, hit := s.cache.get(cacheKey{seg: s.names.of(id), kind: kindDir})
 	if !hit {
 		return nil, false
 	}
@@ -87,7 +87,7 @@ func (s *store) cachedDir(id segmentID) (*segDir, bool) {
 // else only where there is room), then touches its hashTable, which
 // must stay at least as recently used as every directory sharing it.
 func (s *store) putDir(id segmentID, d *segDir, evict bool) {
-	s.cache.store(cacheKey{seg: id, kind: kindDir}, d, d.bytes, evict)
+	s.cache.store(cacheKey{seg: s.names.of(id), kind: kindDir}, d, d.bytes, evict)
 	if d.table != nil {
 		s.cache.touch(d.table.key)
 	}
@@ -98,7 +98,7 @@ func (s *store) putDir(id segmentID, d *segDir, evict bool) {
 // segment's whole overflow chain, since the footer is at its end; with it
 // cached, a read walks only as far as the pages it decodes.
 func (s *store) layout(id segmentID, d *segDir, seg *lazySegment) (*promsample.SegmentLayout, error) {
-	k := cacheKey{seg: id, kind: kindLayout}
+	k := cacheKey{seg: s.names.of(id), kind: kindLayout}
 	if v, hit := s.cache.get(k); hit {
 		return v.(*promsample.SegmentLayout), nil
 	}
@@ -285,7 +285,8 @@ func (s *store) readSegment(tx *archive.ReadTx, id segmentID, m archive.StreamSe
 	if err != nil {
 		return fmt.Errorf("segment %d: %w", id.seq, err)
 	}
-	pages := &segPages{c: s.pages, id: id}
+	no := s.names.of(id)
+	pages := &segPages{c: s.pages, seg: no}
 	sr, err := l.NewCachedReader(seg, pages)
 	if err != nil {
 		return fmt.Errorf("segment %d: %w", id.seq, err)
@@ -325,7 +326,7 @@ func (s *store) readSegment(tx *archive.ReadTx, id segmentID, m archive.StreamSe
 		_, last := sr.SeriesRows(ws[hi-1].ord)
 		keep := hi-lo == 1 || last-first <= keepRunRows
 		if keep {
-			done, err := s.addKept(id, ws[lo:hi], p, add)
+			done, err := s.addKept(no, ws[lo:hi], p, add)
 			if err != nil {
 				return err
 			}
@@ -348,7 +349,7 @@ func (s *store) readSegment(tx *archive.ReadTx, id segmentID, m archive.StreamSe
 			if err != nil {
 				return fmt.Errorf("segment %d: %w", id.seq, err)
 			}
-			s.keep(id, ws[lo].ord, &sm)
+			s.keep(no, ws[lo].ord, &sm)
 			if err := add(ws[lo].ref, inRange(&sm, p.mint, p.maxt)); err != nil {
 				return err
 			}
@@ -364,7 +365,7 @@ func (s *store) readSegment(tx *archive.ReadTx, id segmentID, m archive.StreamSe
 				if !keep {
 					return add(refOf[o], sm)
 				}
-				s.keep(id, o, sm)
+				s.keep(no, o, sm)
 				return add(refOf[o], inRange(sm, p.mint, p.maxt))
 			})
 			pages.keep = false

@@ -46,12 +46,12 @@ const keepRunRows = 2 * promsample.PageRows
 // promsample.PageCache. keep says whether pages read now are kept.
 type segPages struct {
 	c    *cache
-	id   segmentID
+	seg  segNo
 	keep bool
 }
 
 func (p *segPages) key(off int64, sum uint64) cacheKey {
-	return cacheKey{seg: p.id, kind: kindPage, off: off, sum: sum}
+	return cacheKey{seg: p.seg, kind: kindPage, off: off, sum: sum}
 }
 
 func (p *segPages) Page(off int64, sum uint64) ([]byte, bool) {

@@ -38,13 +38,13 @@ type keptSamples []promsample.Sample
 // header in the interface, the cache's entry is counted by the cache).
 const keptBytes = 24
 
-func seriesKey(id segmentID, ord int) cacheKey {
-	return cacheKey{seg: id, kind: kindSeries, off: int64(ord)}
+func seriesKey(seg segNo, ord int) cacheKey {
+	return cacheKey{seg: seg, kind: kindSeries, off: int64(ord)}
 }
 
-// kept returns the samples of series ord of segment id if they are kept.
-func (s *store) kept(id segmentID, ord int) (keptSamples, bool) {
-	v, ok := s.pages.get(seriesKey(id, ord))
+// kept returns the samples of series ord of segment seg if they are kept.
+func (s *store) kept(seg segNo, ord int) (keptSamples, bool) {
+	v, ok := s.pages.get(seriesKey(seg, ord))
 	if !ok {
 		return nil, false
 	}
@@ -52,14 +52,14 @@ func (s *store) kept(id segmentID, ord int) (keptSamples, bool) {
 	return k, ok
 }
 
-// keep keeps sm as series ord of segment id. sm must be all of the series
+// keep keeps sm as series ord of segment seg. sm must be all of the series
 // in the segment (read over every time); one with histograms is not kept.
-func (s *store) keep(id segmentID, ord int, sm *promsample.Series) {
+func (s *store) keep(seg segNo, ord int, sm *promsample.Series) {
 	if len(sm.Histograms) > 0 {
 		return
 	}
 	k := keptSamples(slices.Clone(sm.Samples))
-	s.pages.put(seriesKey(id, ord), k, int64(cap(k))*16+keptBytes)
+	s.pages.put(seriesKey(seg, ord), k, int64(cap(k))*16+keptBytes)
 }
 
 // allMinT and allMaxT are the range a series is read over to be kept.
@@ -77,11 +77,11 @@ func inRange(sm *promsample.Series, mint, maxt int64) *promsample.Series {
 // their kept samples, cut to p's range, and reports whether it could: all
 // or nothing, so that a run with one series not kept is read in its one
 // pass. add is readSegment's.
-func (s *store) addKept(id segmentID, run []wanted, p selectParams, add func(seriesindex.Ref, *promsample.Series) error) (bool, error) {
+func (s *store) addKept(seg segNo, run []wanted, p selectParams, add func(seriesindex.Ref, *promsample.Series) error) (bool, error) {
 	var one [1]keptSamples
 	got := one[:0]
 	for _, w := range run {
-		k, ok := s.kept(id, w.ord)
+		k, ok := s.kept(seg, w.ord)
 		if !ok {
 			return false, nil
 		}

@@ -30,6 +30,8 @@ type store struct {
 	// apart from cache so that they evict one another, never a directory
 	// or a layout.
 	pages *cache
+	// names numbers the segments for both caches' keys (cache.go).
+	names segNames
 	opts  Options
 	// idx is what the store has indexed of the archive (indexsync.go).
 	idx indexState

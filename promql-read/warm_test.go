@@ -53,7 +53,7 @@ func TestWarmCachesTheNewestLayouts(t *testing.T) {
 	cached := func(q *Queryable) []bool {
 		var out []bool
 		for _, id := range ids {
-			_, ok := q.s.cache.get(cacheKey{seg: id, kind: kindLayout})
+			_, ok := q.s.cache.get(cacheKey{seg: q.s.names.of(id), kind: kindLayout})
 			out = append(out, ok)
 		}
 		return out
@@ -67,14 +67,14 @@ func TestWarmCachesTheNewestLayouts(t *testing.T) {
 			t.Fatalf("default cache: the layout of segment %d (newest first) is not cached after Warm: %v", i, all)
 		}
 	}
-	v, _ := probe.s.cache.get(cacheKey{seg: ids[0], kind: kindLayout})
+	v, _ := probe.s.cache.get(cacheKey{seg: probe.s.names.of(ids[0]), kind: kindLayout})
 	one := v.(*promsample.SegmentLayout).Bytes()
 
 	// What the five directories take, alone in a cache.
 	dirs := func(q *Queryable) int {
 		n := 0
 		for _, id := range ids {
-			if _, ok := q.s.cache.get(cacheKey{seg: id, kind: kindDir}); ok {
+			if _, ok := q.s.cache.get(cacheKey{seg: q.s.names.of(id), kind: kindDir}); ok {
 				n++
 			}
 		}
@@ -114,8 +114,8 @@ func TestWarmCachesTheNewestLayouts(t *testing.T) {
 		t.Fatalf("test setup: a share of %d bytes holds fewer than two layouts of %d", size, one)
 	}
 	fill := size - dirBytes - one - one/2 - 3*128 // two entries, and a layout's
-	tight.s.cache.put(cacheKey{kind: kindMetadata, metric: "filler 1"}, nil, fill/2)
-	tight.s.cache.put(cacheKey{kind: kindMetadata, metric: "filler 2"}, nil, fill-fill/2)
+	tight.s.cache.put(cacheKey{kind: kindMetadata, off: 1}, nil, fill/2)
+	tight.s.cache.put(cacheKey{kind: kindMetadata, off: 2}, nil, fill-fill/2)
 	if err := tight.Warm(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -207,7 +207,7 @@ func TestWarmKeepsTheNewestDirectories(t *testing.T) {
 	var budget int64
 	tables := map[*hashTable]bool{}
 	for i, id := range ids {
-		v, ok := big.s.cache.get(cacheKey{seg: id, kind: kindDir})
+		v, ok := big.s.cache.get(cacheKey{seg: big.s.names.of(id), kind: kindDir})
 		if !ok {
 			t.Fatalf("default cache: no directory for segment %d", i)
 		}
@@ -231,7 +231,7 @@ func TestWarmKeepsTheNewestDirectories(t *testing.T) {
 	}
 	var got []bool
 	for _, id := range ids {
-		_, ok := q.s.cache.get(cacheKey{seg: id, kind: kindDir})
+		_, ok := q.s.cache.get(cacheKey{seg: q.s.names.of(id), kind: kindDir})
 		got = append(got, ok)
 	}
 	for i, ok := range got {
@@ -269,7 +269,7 @@ func TestQuestionsSkipSegmentsOutOfRangeWithoutTheirDirectories(t *testing.T) {
 		t.Fatalf("%d segments, want %d", len(ids), hours)
 	}
 	for _, id := range ids {
-		q.s.cache.remove(cacheKey{seg: id, kind: kindDir})
+		q.s.cache.remove(cacheKey{seg: q.s.names.of(id), kind: kindDir})
 	}
 	// The last hour.
 	mint, maxt := int64(hours-1)*3600_000, int64(hours)*3600_000-1
@@ -283,7 +283,7 @@ func TestQuestionsSkipSegmentsOutOfRangeWithoutTheirDirectories(t *testing.T) {
 		t.Fatalf("the last hour of i=3: %d series, %v", len(got), got)
 	}
 	for i, id := range ids {
-		_, ok := q.s.cache.get(cacheKey{seg: id, kind: kindDir})
+		_, ok := q.s.cache.get(cacheKey{seg: q.s.names.of(id), kind: kindDir})
 		if want := i == hours-1; ok != want {
 			t.Errorf("segment %d of %d: directory cached %v after a question about the last hour, want %v", i, hours, ok, want)
 		}
@@ -383,7 +383,7 @@ func TestWarmWindowDefersHistory(t *testing.T) {
 		q.s.idx.mu.Lock()
 		for _, m := range q.s.idx.deferred {
 			for id := range m {
-				if _, ok := q.s.cache.get(cacheKey{seg: id, kind: kindDir}); ok {
+				if _, ok := q.s.cache.get(cacheKey{seg: q.s.names.of(id), kind: kindDir}); ok {
 					t.Errorf("after %s: the directory of deferred segment %d was built", c.name, id.seq)
 				}
 			}
