@@ -1,7 +1,6 @@
 package promread
 
 import (
-	"container/list"
 	"sync"
 
 	"github.com/dendro-receiver/dendro-receiver/archive"
@@ -85,24 +84,69 @@ const (
 
 // cache is a byte-bounded LRU of immutable values. Values are shared by
 // every reader and must never be mutated.
+//
+// Its entries live in one slice, linked by index into the recency list,
+// and the map holds indexes: neither the map nor the list holds a pointer
+// of its own. With container/list each entry was three small objects
+// (the element, the entry and the value) that the collector marked on
+// every cycle, and at a million series the caches hold a few hundred
+// thousand entries (a selective selector keeps one per series and
+// segment): marking them was much of the collector's work, which was a
+// quarter of the CPU of such questions.
 type cache struct {
 	mu       sync.Mutex
 	maxBytes int64
 	bytes    int64
-	ll       *list.List // front = most recently used
-	items    map[cacheKey]*list.Element
-	hits     int64
-	misses   int64
+	items    map[cacheKey]int32 // the entry's index in ents
+	// ents[0] is the recency list's sentinel: its next is the most
+	// recently used entry, its prev the least (0 both when empty). A slot
+	// that holds no entry is on the free list (free, linked by next).
+	ents   []cacheEntry
+	free   int32
+	hits   int64
+	misses int64
 }
 
 type cacheEntry struct {
-	key   cacheKey
-	value any
-	size  int64
+	key        cacheKey
+	value      any
+	size       int64
+	prev, next int32
 }
 
 func newCache(maxBytes int64) *cache {
-	return &cache{maxBytes: maxBytes, ll: list.New(), items: map[cacheKey]*list.Element{}}
+	return &cache{maxBytes: maxBytes, items: map[cacheKey]int32{}, ents: make([]cacheEntry, 1)}
+}
+
+// unlink takes entry i out of the recency list.
+func (c *cache) unlink(i int32) {
+	e := &c.ents[i]
+	c.ents[e.prev].next, c.ents[e.next].prev = e.next, e.prev
+}
+
+// pushFront puts entry i at the front of the recency list.
+func (c *cache) pushFront(i int32) {
+	first := c.ents[0].next
+	c.ents[i].prev, c.ents[i].next = 0, first
+	c.ents[first].prev, c.ents[0].next = i, i
+}
+
+// toFront marks entry i as just used.
+func (c *cache) toFront(i int32) {
+	if c.ents[0].next != i {
+		c.unlink(i)
+		c.pushFront(i)
+	}
+}
+
+// drop removes entry i (held under its key) and frees its slot.
+func (c *cache) drop(i int32) {
+	c.unlink(i)
+	e := &c.ents[i]
+	delete(c.items, e.key)
+	c.bytes -= e.size
+	*e = cacheEntry{next: c.free} // lets go of the value
+	c.free = i
 }
 
 func (c *cache) get(k cacheKey) (any, bool) {
@@ -111,14 +155,14 @@ func (c *cache) get(k cacheKey) (any, bool) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	e, ok := c.items[k]
+	i, ok := c.items[k]
 	if !ok {
 		c.misses++
 		return nil, false
 	}
 	c.hits++
-	c.ll.MoveToFront(e)
-	return e.Value.(*cacheEntry).value, true
+	c.toFront(i)
+	return c.ents[i].value, true
 }
 
 // touch marks k as just used, if it is held, without counting a lookup.
@@ -128,8 +172,8 @@ func (c *cache) touch(k cacheKey) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if e, ok := c.items[k]; ok {
-		c.ll.MoveToFront(e)
+	if i, ok := c.items[k]; ok {
+		c.toFront(i)
 	}
 }
 
@@ -146,34 +190,38 @@ func (c *cache) store(k cacheKey, v any, size int64, evict bool) bool {
 	if c == nil || c.maxBytes <= 0 || size > c.maxBytes/2 {
 		return false
 	}
-	size += 128 // the entry, the key and the list element
+	size += 128 // the entry and its map slot, generously
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	e, held := c.items[k]
+	i, held := c.items[k]
 	grow := size
 	if held {
-		grow -= e.Value.(*cacheEntry).size
+		grow -= c.ents[i].size
 	}
 	if !evict && c.bytes+grow > c.maxBytes {
 		return false
 	}
 	if held {
-		old := e.Value.(*cacheEntry)
-		old.value, old.size = v, size
-		c.ll.MoveToFront(e)
+		c.ents[i].value, c.ents[i].size = v, size
+		c.toFront(i)
 	} else {
-		c.items[k] = c.ll.PushFront(&cacheEntry{key: k, value: v, size: size})
+		if c.free != 0 {
+			i, c.free = c.free, c.ents[c.free].next
+		} else {
+			i = int32(len(c.ents))
+			c.ents = append(c.ents, cacheEntry{})
+		}
+		c.ents[i] = cacheEntry{key: k, value: v, size: size}
+		c.pushFront(i)
+		c.items[k] = i
 	}
 	c.bytes += grow
 	for c.bytes > c.maxBytes {
-		e := c.ll.Back()
-		if e == nil {
+		last := c.ents[0].prev
+		if last == 0 {
 			break
 		}
-		ce := e.Value.(*cacheEntry)
-		c.ll.Remove(e)
-		delete(c.items, ce.key)
-		c.bytes -= ce.size
+		c.drop(last)
 	}
 	return true
 }
@@ -185,10 +233,8 @@ func (c *cache) remove(k cacheKey) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if e, ok := c.items[k]; ok {
-		c.ll.Remove(e)
-		delete(c.items, k)
-		c.bytes -= e.Value.(*cacheEntry).size
+	if i, ok := c.items[k]; ok {
+		c.drop(i)
 	}
 }
 

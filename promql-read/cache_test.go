@@ -1,6 +1,9 @@
 package promread
 
-import "testing"
+import (
+	"math/rand/v2"
+	"testing"
+)
 
 // TestSegNamesNeverReuseANumber: a segment keeps its number while the map
 // holds it, two segments never share one, and a number once given is never
@@ -41,5 +44,153 @@ func TestSegNamesNeverReuseANumber(t *testing.T) {
 	}
 	if len(n.nos) > maxSegNames {
 		t.Fatalf("the map holds %d segments, more than %d", len(n.nos), maxSegNames)
+	}
+}
+
+// lruModel is the cache's contract written the plain way: entries in
+// recency order, most recent first.
+type lruModel struct {
+	max, bytes int64
+	ents       []lruModelEntry
+}
+
+type lruModelEntry struct {
+	k    cacheKey
+	v    any
+	size int64
+}
+
+func (m *lruModel) find(k cacheKey) int {
+	for i, e := range m.ents {
+		if e.k == k {
+			return i
+		}
+	}
+	return -1
+}
+
+func (m *lruModel) front(i int) {
+	e := m.ents[i]
+	m.ents = append(m.ents[:i], m.ents[i+1:]...)
+	m.ents = append([]lruModelEntry{e}, m.ents...)
+}
+
+func (m *lruModel) get(k cacheKey) (any, bool) {
+	i := m.find(k)
+	if i < 0 {
+		return nil, false
+	}
+	m.front(i)
+	return m.ents[0].v, true
+}
+
+func (m *lruModel) store(k cacheKey, v any, size int64, evict bool) bool {
+	if m.max <= 0 || size > m.max/2 {
+		return false
+	}
+	size += 128
+	i := m.find(k)
+	grow := size
+	if i >= 0 {
+		grow -= m.ents[i].size
+	}
+	if !evict && m.bytes+grow > m.max {
+		return false
+	}
+	if i >= 0 {
+		m.ents[i].v, m.ents[i].size = v, size
+		m.front(i)
+	} else {
+		m.ents = append([]lruModelEntry{{k, v, size}}, m.ents...)
+	}
+	m.bytes += grow
+	for m.bytes > m.max && len(m.ents) > 0 {
+		last := m.ents[len(m.ents)-1]
+		m.ents = m.ents[:len(m.ents)-1]
+		m.bytes -= last.size
+	}
+	return true
+}
+
+func (m *lruModel) remove(k cacheKey) {
+	if i := m.find(k); i >= 0 {
+		m.bytes -= m.ents[i].size
+		m.ents = append(m.ents[:i], m.ents[i+1:]...)
+	}
+}
+
+// TestCacheAgreesWithAPlainLRU runs random gets, puts, puts if free,
+// touches and removes on the cache and on lruModel, and compares every
+// answer, the bytes held and the order entries leave in.
+func TestCacheAgreesWithAPlainLRU(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		maxBytes int64
+		keys     int
+		sizes    int64
+	}{
+		{"roomy", 64 << 10, 40, 300},
+		{"tight", 2 << 10, 60, 400},
+		{"one fits", 600, 10, 250},
+		{"off", 0, 10, 10},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(1, uint64(tc.keys)))
+			c := newCache(tc.maxBytes)
+			m := &lruModel{max: tc.maxBytes}
+			key := func() cacheKey {
+				n := rng.IntN(tc.keys)
+				return cacheKey{seg: segNo(n % 3), kind: uint8(n % 2), off: int64(n)}
+			}
+			for op := range 20_000 {
+				k := key()
+				switch r := rng.IntN(10); {
+				case r < 4:
+					v, ok := c.get(k)
+					mv, mok := m.get(k)
+					if ok != mok || v != mv {
+						t.Fatalf("op %d: get %v = %v %v, want %v %v", op, k, v, ok, mv, mok)
+					}
+				case r < 7:
+					v, size := op, rng.Int64N(tc.sizes)
+					c.put(k, v, size)
+					m.store(k, v, size, true)
+				case r < 8:
+					v, size := op, rng.Int64N(tc.sizes)
+					if ok, mok := c.putIfFree(k, v, size), m.store(k, v, size, false); ok != mok {
+						t.Fatalf("op %d: putIfFree %v = %v, want %v", op, k, ok, mok)
+					}
+				case r < 9:
+					c.touch(k)
+					if i := m.find(k); i >= 0 {
+						m.front(i)
+					}
+				default:
+					c.remove(k)
+					m.remove(k)
+				}
+				if st := c.stats(); st.Bytes != m.bytes || st.Entries != len(m.ents) {
+					t.Fatalf("op %d: %d bytes in %d entries, want %d in %d", op, st.Bytes, st.Entries, m.bytes, len(m.ents))
+				}
+			}
+			// Recency order, least recent first, is the order of eviction.
+			var order []cacheKey
+			for i := c.ents[0].prev; i != 0; i = c.ents[i].prev {
+				order = append(order, c.ents[i].key)
+			}
+			if len(order) != len(m.ents) {
+				t.Fatalf("the recency list has %d entries, want %d", len(order), len(m.ents))
+			}
+			for i, k := range order {
+				if want := m.ents[len(m.ents)-1-i].k; k != want {
+					t.Fatalf("entry %d from the back is %v, want %v", i, k, want)
+				}
+			}
+			// Slots are reused: the slice holds no more than the most
+			// entries ever held at once, plus the sentinel.
+			if tc.maxBytes > 0 && len(c.ents) > tc.keys+1 {
+				t.Fatalf("%d slots for at most %d keys", len(c.ents), tc.keys)
+			}
+		})
 	}
 }

@@ -138,9 +138,9 @@ func TestSegDirsShareEqualTables(t *testing.T) {
 	}
 	var dirs []*segDir
 	q.s.cache.mu.Lock()
-	for k, e := range q.s.cache.items {
+	for k, i := range q.s.cache.items {
 		if k.kind == kindDir {
-			dirs = append(dirs, e.Value.(*cacheEntry).value.(*segDir))
+			dirs = append(dirs, q.s.cache.ents[i].value.(*segDir))
 		}
 	}
 	q.s.cache.mu.Unlock()
@@ -189,8 +189,8 @@ func TestSharedTablesOutliveTheirDirectories(t *testing.T) {
 		t.Helper()
 		s.cache.mu.Lock()
 		defer s.cache.mu.Unlock()
-		for _, e := range s.cache.items {
-			if d, ok := e.Value.(*cacheEntry).value.(*segDir); ok {
+		for _, i := range s.cache.items {
+			if d, ok := s.cache.ents[i].value.(*segDir); ok {
 				if _, held := s.cache.items[d.table.key]; !held {
 					t.Fatalf("%s: a directory is cached without its shared table", what)
 				}
