@@ -273,7 +273,6 @@ func BenchmarkArchiveWholeMetricServer15m(b *testing.B) {
 // with -benchtime Nx: an iteration costs a whole warm-up.
 func BenchmarkArchiveFirstOneSeries1h(b *testing.B) {
 	ab := openBenchArchive(b)
-	ctx := context.Background()
 	rng := rand.New(rand.NewSource(1))
 	ask := func(h http.Handler, ls labels.Labels) time.Duration {
 		var sel []string
@@ -297,17 +296,7 @@ func BenchmarkArchiveFirstOneSeries1h(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		api, err := NewAPI(a, Options{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := api.Queryable().Warm(ctx); err != nil {
-			b.Fatal(err)
-		}
-		if err := api.WarmEngine(ctx); err != nil {
-			b.Fatal(err)
-		}
-		h := api.Handler()
+		h := warmHandler(b, a)
 		one, two := ab.series[rng.Intn(len(ab.series))], ab.series[rng.Intn(len(ab.series))]
 		first = append(first, ask(h, one))
 		second = append(second, ask(h, two))
@@ -329,7 +318,6 @@ func BenchmarkArchiveFirstOneSeries1h(b *testing.B) {
 // one warmed handler as a server holds it.
 func BenchmarkArchiveSelector1h(b *testing.B) {
 	ab := openBenchArchive(b)
-	ctx := context.Background()
 	metric, ids := "", []string{}
 	seen := map[string]bool{}
 	for _, ls := range ab.series {
@@ -348,17 +336,7 @@ func BenchmarkArchiveSelector1h(b *testing.B) {
 	if len(ids) == 0 {
 		b.Skip("no series with an id label")
 	}
-	api, err := NewAPI(ab.a, Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := api.Queryable().Warm(ctx); err != nil {
-		b.Fatal(err)
-	}
-	if err := api.WarmEngine(ctx); err != nil {
-		b.Fatal(err)
-	}
-	h := api.Handler()
+	h := warmHandler(b, ab.a)
 	var took []time.Duration
 	i := 0
 	for b.Loop() {
@@ -375,6 +353,22 @@ func BenchmarkArchiveSelector1h(b *testing.B) {
 	}
 	b.ReportMetric(float64(percentile(took, 0.5).Microseconds())/1000, "p50-ms")
 	b.ReportMetric(float64(percentile(took, 0.9).Microseconds())/1000, "p90-ms")
+}
+
+// warmHandler is a's HTTP API warmed as a server warms it before ready.
+func warmHandler(b *testing.B, a *archive.Archive) http.Handler {
+	ctx := context.Background()
+	api, err := NewAPI(a, Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := api.Queryable().Warm(ctx); err != nil {
+		b.Fatal(err)
+	}
+	if err := api.WarmEngine(ctx); err != nil {
+		b.Fatal(err)
+	}
+	return api.Handler()
 }
 
 func (ab *archiveBench) hasMetric(name string) bool {
