@@ -139,7 +139,10 @@ func (c *cache) toFront(i int32) {
 	}
 }
 
-// drop removes entry i (held under its key) and frees its slot.
+// drop removes entry i (held under its key) and frees its slot. When
+// three quarters of the slots are free, the live entries move to a new
+// slice (shrink): the slots count in no budget, and after a burst of
+// small entries the slice would otherwise keep their number for good.
 func (c *cache) drop(i int32) {
 	c.unlink(i)
 	e := &c.ents[i]
@@ -147,6 +150,28 @@ func (c *cache) drop(i int32) {
 	c.bytes -= e.size
 	*e = cacheEntry{next: c.free} // lets go of the value
 	c.free = i
+	if len(c.ents) > minShrinkSlots && len(c.items) < len(c.ents)/4 {
+		c.shrink()
+	}
+}
+
+// minShrinkSlots: a slice this small is never shrunk.
+const minShrinkSlots = 1024
+
+// shrink moves the live entries, in recency order, to a slice twice their
+// number, and renumbers them in the map.
+func (c *cache) shrink() {
+	ents := make([]cacheEntry, 1, 2*len(c.items)+1)
+	for i := c.ents[0].next; i != 0; i = c.ents[i].next {
+		n := int32(len(ents))
+		e := c.ents[i]
+		e.prev, e.next = n-1, 0
+		ents[n-1].next = n
+		ents = append(ents, e)
+		c.items[e.key] = n
+	}
+	ents[0].prev = int32(len(ents) - 1) // 0 when empty
+	c.ents, c.free = ents, 0
 }
 
 func (c *cache) get(k cacheKey) (any, bool) {

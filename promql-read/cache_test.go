@@ -173,19 +173,7 @@ func TestCacheAgreesWithAPlainLRU(t *testing.T) {
 					t.Fatalf("op %d: %d bytes in %d entries, want %d in %d", op, st.Bytes, st.Entries, m.bytes, len(m.ents))
 				}
 			}
-			// Recency order, least recent first, is the order of eviction.
-			var order []cacheKey
-			for i := c.ents[0].prev; i != 0; i = c.ents[i].prev {
-				order = append(order, c.ents[i].key)
-			}
-			if len(order) != len(m.ents) {
-				t.Fatalf("the recency list has %d entries, want %d", len(order), len(m.ents))
-			}
-			for i, k := range order {
-				if want := m.ents[len(m.ents)-1-i].k; k != want {
-					t.Fatalf("entry %d from the back is %v, want %v", i, k, want)
-				}
-			}
+			sameOrder(t, c, m)
 			// Slots are reused: the slice holds no more than the most
 			// entries ever held at once, plus the sentinel.
 			if tc.maxBytes > 0 && len(c.ents) > tc.keys+1 {
@@ -193,4 +181,66 @@ func TestCacheAgreesWithAPlainLRU(t *testing.T) {
 			}
 		})
 	}
+}
+
+// sameOrder checks that c's recency list, least recent first (the order
+// of eviction), is m's.
+func sameOrder(t *testing.T, c *cache, m *lruModel) {
+	t.Helper()
+	var order []cacheKey
+	for i := c.ents[0].prev; i != 0; i = c.ents[i].prev {
+		order = append(order, c.ents[i].key)
+	}
+	if len(order) != len(m.ents) {
+		t.Fatalf("the recency list has %d entries, want %d", len(order), len(m.ents))
+	}
+	for i, k := range order {
+		if want := m.ents[len(m.ents)-1-i].k; k != want {
+			t.Fatalf("entry %d from the back is %v, want %v", i, k, want)
+		}
+	}
+}
+
+// TestCacheShrinksAfterABurst: a burst of small entries grows the slice;
+// once three quarters of its slots are free it shrinks, and the cache
+// still agrees with lruModel, before and after.
+func TestCacheShrinksAfterABurst(t *testing.T) {
+	c := newCache(1 << 20)
+	m := &lruModel{max: 1 << 20}
+	const burst = 4000
+	for n := range burst {
+		k := cacheKey{seg: 1, kind: kindSeries, off: int64(n)}
+		c.put(k, n, 8)
+		m.store(k, n, 8, true)
+	}
+	grown := len(c.ents)
+	if grown < burst {
+		t.Fatalf("%d slots after %d puts", grown, burst)
+	}
+	rng := rand.New(rand.NewPCG(2, 3))
+	for _, n := range rng.Perm(burst)[:burst-500] {
+		k := cacheKey{seg: 1, kind: kindSeries, off: int64(n)}
+		c.remove(k)
+		m.remove(k)
+		if got, want := c.stats(), len(m.ents); got.Entries != want || got.Bytes != m.bytes {
+			t.Fatalf("after removing %v: %d entries, %d bytes; want %d, %d", k, got.Entries, got.Bytes, want, m.bytes)
+		}
+	}
+	if len(c.ents) > grown/2 {
+		t.Fatalf("%d slots hold %d entries: the slice did not shrink from %d", len(c.ents), len(c.items), grown)
+	}
+	sameOrder(t, c, m)
+	for n := range burst {
+		k := cacheKey{seg: 1, kind: kindSeries, off: int64(n)}
+		v, ok := c.get(k)
+		mv, mok := m.get(k)
+		if ok != mok || v != mv {
+			t.Fatalf("get %v = %v %v, want %v %v", k, v, ok, mv, mok)
+		}
+		if n%7 == 0 {
+			c.put(k, -n, 16)
+			m.store(k, -n, 16, true)
+		}
+	}
+	sameOrder(t, c, m)
 }
