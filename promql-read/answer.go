@@ -14,7 +14,7 @@ import (
 )
 
 // How a Select's answer is put together. The accumulator gathers, per
-// series (by its Ref in the series index), the pieces each segment, live
+// series (by its slot: its place in the question's refs), the pieces each segment, live
 // tail or source holds in range; finish names them by their labels and
 // sorts them; materialize (or the SAMPLES encoder, straight into protobuf)
 // merges each series' pieces, on several goroutines when the answer is
@@ -69,29 +69,49 @@ func (pc *pieces) floatsInto(mint, maxt int64, dst []promsample.Sample) (out []p
 
 // accumulator gathers the pieces of each series of one Select.
 type accumulator struct {
-	ctx    context.Context // the question's: a wait for memory ends with it
-	x      *seriesindex.Index
-	byRef  map[seriesindex.Ref]*pieces
+	ctx context.Context // the question's: a wait for memory ends with it
+	x   *seriesindex.Index
+	// refs are the question's series, and slots their pieces, by the same
+	// place (a series' slot: qref). A piece is filed by that index, not by
+	// a map probe: at a million series a map of a metric's 166,700 refs,
+	// probed once per series and segment, missed the CPU cache on nearly
+	// every probe (7% of the CPU of sum by (job) over an hour).
+	refs   []seriesindex.Ref
+	slots  []*pieces // nil: nothing added yet
 	order  []*pieces // as first seen
 	budget *budget
 	raw    int // floats and histograms added
 }
 
-func newAccumulator(ctx context.Context, x *seriesindex.Index, b *budget) *accumulator {
-	return &accumulator{ctx: ctx, x: x, byRef: map[seriesindex.Ref]*pieces{}, budget: b}
+// qref is one series of a question: its ref in the series index and its
+// slot in the accumulator.
+type qref struct {
+	ref  seriesindex.Ref
+	slot int32
 }
 
-// addRef records one piece of series ref; hasFloats says the series has a
-// float in range even when fl is not given (labelsOnly). The slices are
-// the accumulator's from now on (read only).
-func (a *accumulator) addRef(ref seriesindex.Ref, fl []promsample.Sample, hs []promsample.Histogram, ex []promsample.Exemplar, hasFloats bool, p selectParams) error {
+func newAccumulator(ctx context.Context, x *seriesindex.Index, b *budget) *accumulator {
+	return &accumulator{ctx: ctx, x: x, budget: b}
+}
+
+// setRefs gives the accumulator the question's series; the i-th is in
+// slot i. Called once, before anything is added.
+func (a *accumulator) setRefs(refs []seriesindex.Ref) {
+	a.refs = refs
+	a.slots = make([]*pieces, len(refs))
+}
+
+// add records one piece of the series in slot; hasFloats says the series
+// has a float in range even when fl is not given (labelsOnly). The slices
+// are the accumulator's from now on (read only).
+func (a *accumulator) add(slot int32, fl []promsample.Sample, hs []promsample.Histogram, ex []promsample.Exemplar, hasFloats bool, p selectParams) error {
 	if p.labelsOnly {
 		if !hasFloats && len(fl)+len(hs)+len(ex) == 0 {
 			return nil
 		}
-		if a.byRef[ref] == nil {
-			pc := &pieces{ref: ref, any: true}
-			a.byRef[ref] = pc
+		if a.slots[slot] == nil {
+			pc := &pieces{ref: a.refs[slot], any: true}
+			a.slots[slot] = pc
 			a.order = append(a.order, pc)
 		}
 		return nil
@@ -103,10 +123,10 @@ func (a *accumulator) addRef(ref seriesindex.Ref, fl []promsample.Sample, hs []p
 		return err
 	}
 	a.raw += len(fl) + len(hs)
-	pc := a.byRef[ref]
+	pc := a.slots[slot]
 	if pc == nil {
-		pc = &pieces{ref: ref}
-		a.byRef[ref] = pc
+		pc = &pieces{ref: a.refs[slot]}
+		a.slots[slot] = pc
 		a.order = append(a.order, pc)
 	}
 	if len(fl) > 0 {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"math/rand"
+	"slices"
 	"sync/atomic"
 	"testing"
 
@@ -68,13 +69,16 @@ func randomSelectionBudget(t testing.TB, rng *rand.Rand, n int, mint, maxt int64
 	x := seriesindex.New()
 	acc := newAccumulator(context.Background(), x, b)
 	p := selectParams{mint: mint, maxt: maxt}
-	var err error
+	// The pieces in the order the sources give them; the accumulator
+	// files them by slot, the place of their series in the sorted refs.
+	type piece struct {
+		ref seriesindex.Ref
+		s   promsample.Series
+	}
+	var all []piece
 	add := func(s promsample.Series) {
 		ref, _ := x.Add(s.Labels)
-		fl, hs := trimSamples(s.Samples, mint, maxt), trimHists(s.Histograms, mint, maxt)
-		if e := acc.addRef(ref, fl, hs, nil, len(fl) > 0, p); e != nil && err == nil {
-			err = e
-		}
+		all = append(all, piece{ref, s})
 	}
 	for _, s := range srcs {
 		for _, sr := range s.list {
@@ -86,6 +90,21 @@ func randomSelectionBudget(t testing.TB, rng *rand.Rand, n int, mint, maxt int64
 			continue
 		}
 		add(promsample.Series{Labels: labels.FromStrings("__name__", "m", "i", string(rune('a'+i%26))+string(rune('a'+i/26%26))+string(rune('a'+i/676))), Samples: ex})
+	}
+	var refs []seriesindex.Ref
+	for _, pc := range all {
+		refs = append(refs, pc.ref)
+	}
+	slices.Sort(refs)
+	refs = slices.Compact(refs)
+	acc.setRefs(refs)
+	var err error
+	for _, pc := range all {
+		slot, _ := slices.BinarySearch(refs, pc.ref)
+		fl, hs := trimSamples(pc.s.Samples, mint, maxt), trimHists(pc.s.Histograms, mint, maxt)
+		if e := acc.add(int32(slot), fl, hs, nil, len(fl) > 0, p); e != nil && err == nil {
+			err = e
+		}
 	}
 	return acc.finish(p), want.selectModel(mint, maxt), err
 }

@@ -204,61 +204,75 @@ func (d *segDir) lookup(h uint64) int {
 	return -1
 }
 
-// find returns where refs are in the segment, and those it cannot tell
-// apart from another series of the segment by hash (read whole). Few refs
-// are each searched for; many (a metric) are found by a walk of the
-// segment's hashes.
-func (d *segDir) find(x *seriesindex.Index, refs []seriesindex.Ref) (ws []wanted, whole []seriesindex.Ref) {
-	if len(refs) < d.x.Table.Len()/16 {
-		for _, r := range refs {
-			switch o := d.lookup(x.Hash(r)); {
+// find returns where qs are in the segment, sorted by their place there,
+// and those it cannot tell apart from another series of the segment by
+// hash (read whole). Few are each searched for; many (a metric) are found
+// by a walk of the segment's hashes.
+func (d *segDir) find(x *seriesindex.Index, qs []qref) (ws []wanted, whole []qref) {
+	if len(qs) < d.x.Table.Len()/16 {
+		for _, q := range qs {
+			switch o := d.lookup(x.Hash(q.ref)); {
 			case o >= 0:
-				ws = append(ws, wanted{r, o})
+				ws = append(ws, wanted{q, o})
 			case o == -2:
-				whole = append(whole, r)
+				whole = append(whole, q)
 			}
 		}
+		slices.SortFunc(ws, func(a, b wanted) int { return a.ord - b.ord })
 		return ws, whole
 	}
-	byHash := make(map[uint64]seriesindex.Ref, len(refs))
-	for _, r := range refs {
-		h := x.Hash(r)
+	// byHash holds 1+ the index in qs of the series with that hash; 0
+	// once two series of the question share it (both read whole).
+	byHash := make(map[uint64]int, len(qs))
+	for i, q := range qs {
+		h := x.Hash(q.ref)
 		if other, ok := byHash[h]; ok {
-			// Two series of the question share a hash: both read whole.
 			if other != 0 {
-				whole = append(whole, other)
+				whole = append(whole, qs[other-1])
 				byHash[h] = 0
 			}
-			whole = append(whole, r)
+			whole = append(whole, q)
 			continue
 		}
-		byHash[h] = r
+		byHash[h] = i + 1
 	}
 	for o, h := range d.x.Table.Hashes {
-		r, ok := byHash[h]
-		if !ok || r == 0 {
+		i, ok := byHash[h]
+		if !ok || i == 0 {
 			continue
 		}
+		q := qs[i-1]
 		if _, dup := d.table.dups[h]; dup {
-			if !slices.Contains(whole, r) {
-				whole = append(whole, r)
+			if !slices.Contains(whole, q) {
+				whole = append(whole, q)
 			}
 			continue
 		}
-		ws = append(ws, wanted{r, o})
+		ws = append(ws, wanted{q, o})
 	}
 	return ws, whole
 }
 
+// found is what find answered for one stream's series and a hashTable:
+// the segments of a stream mostly share their table (hashTable), and
+// then find's answer for them is the same. One per readStream.
+type found struct {
+	t     *hashTable
+	ws    []wanted
+	whole []qref
+}
+
 // wanted is one series of a Select in one segment.
 type wanted struct {
-	ref seriesindex.Ref
+	qref
 	ord int
 }
 
-// readSegment adds to acc the samples in range of refs (sorted) in one
-// sealed segment, m as tx's snapshot lists it, reading only their pages.
-func (s *store) readSegment(tx *archive.ReadTx, id segmentID, m archive.StreamSegment, refs []seriesindex.Ref, p selectParams, acc *accumulator) error {
+// readSegment adds to acc the samples in range of qs (one stream's
+// series) in one sealed segment, m as tx's snapshot lists it, reading
+// only their pages. memo carries find's answer from one segment of the
+// stream to the next.
+func (s *store) readSegment(tx *archive.ReadTx, id segmentID, m archive.StreamSegment, qs []qref, memo *found, p selectParams, acc *accumulator) error {
 	d, v2, err := s.dir(tx, id)
 	if err != nil {
 		return err
@@ -267,9 +281,15 @@ func (s *store) readSegment(tx *archive.ReadTx, id segmentID, m archive.StreamSe
 		return nil
 	}
 	if !v2 {
-		return s.readWhole(tx, id, refs, p, acc)
+		return s.readWhole(tx, id, qs, p, acc)
 	}
-	ws, whole := d.find(s.x, refs)
+	// find depends only on the table (its hashes, dups and length) and
+	// qs, which is the same for every segment of the stream.
+	if memo.t == nil || memo.t != d.table {
+		memo.ws, memo.whole = d.find(s.x, qs)
+		memo.t = d.table
+	}
+	ws, whole := memo.ws, memo.whole // read only from here on
 	if len(whole) > 0 {
 		if err := s.readWhole(tx, id, whole, p, acc); err != nil {
 			return err
@@ -278,7 +298,6 @@ func (s *store) readSegment(tx *archive.ReadTx, id segmentID, m archive.StreamSe
 	if len(ws) == 0 {
 		return nil
 	}
-	slices.SortFunc(ws, func(a, b wanted) int { return a.ord - b.ord })
 	s.segmentsRead.Add(1)
 	seg := &lazySegment{tx: tx, id: id, listed: m, opened: &s.blobsOpened}
 	l, err := s.layout(id, d, seg)
@@ -291,19 +310,19 @@ func (s *store) readSegment(tx *archive.ReadTx, id segmentID, m archive.StreamSe
 	if err != nil {
 		return fmt.Errorf("segment %d: %w", id.seq, err)
 	}
-	add := func(ref seriesindex.Ref, sm *promsample.Series) error {
+	add := func(w wanted, sm *promsample.Series) error {
 		if len(sm.Samples)+len(sm.Histograms) == 0 {
 			return nil
 		}
 		if p.labelsOnly {
-			return acc.addRef(ref, nil, nil, nil, true, p)
+			return acc.add(w.slot, nil, nil, nil, true, p)
 		}
 		fl := slices.Clone(sm.Samples)
 		var hs []promsample.Histogram
 		if len(sm.Histograms) > 0 {
 			hs = slices.Clone(sm.Histograms)
 		}
-		return acc.addRef(ref, fl, hs, nil, len(fl) > 0, p)
+		return acc.add(w.slot, fl, hs, nil, len(fl) > 0, p)
 	}
 	// Series close together in the segment (a metric's, or a selector
 	// that keeps most of them) are read in one pass over their rows
@@ -350,23 +369,32 @@ func (s *store) readSegment(tx *archive.ReadTx, id segmentID, m archive.StreamSe
 				return fmt.Errorf("segment %d: %w", id.seq, err)
 			}
 			s.keep(no, ws[lo].ord, &sm)
-			if err := add(ws[lo].ref, inRange(&sm, p.mint, p.maxt)); err != nil {
+			if err := add(ws[lo], inRange(&sm, p.mint, p.maxt)); err != nil {
 				return err
 			}
 		} else {
-			ords := make([]int, hi-lo)
-			refOf := make(map[int]seriesindex.Ref, hi-lo)
-			for k, w := range ws[lo:hi] {
+			run := ws[lo:hi]
+			ords := make([]int, len(run))
+			for k, w := range run {
 				ords[k] = w.ord
-				refOf[w.ord] = w.ref
 			}
+			// ReadRun calls fn once per ord, in the order of ords: k
+			// follows it through run without a map.
+			k := 0
 			pages.keep = keep
 			err := sr.ReadRun(ords, mint, maxt, func(o int, sm *promsample.Series) error {
+				for k < len(run) && run[k].ord != o {
+					k++
+				}
+				if k == len(run) {
+					return fmt.Errorf("series %d read out of order", o)
+				}
+				w := run[k]
 				if !keep {
-					return add(refOf[o], sm)
+					return add(w, sm)
 				}
 				s.keep(no, o, sm)
-				return add(refOf[o], inRange(sm, p.mint, p.maxt))
+				return add(w, inRange(sm, p.mint, p.maxt))
 			})
 			pages.keep = false
 			if err != nil {
@@ -381,17 +409,18 @@ func (s *store) readSegment(tx *archive.ReadTx, id segmentID, m archive.StreamSe
 	return nil
 }
 
-// readWhole reads refs from a segment's bytes with ReadSegment: segments
+// readWhole reads qs from a segment's bytes with ReadSegment: segments
 // without a series table, and series whose hash another series of the
 // segment shares.
-func (s *store) readWhole(tx *archive.ReadTx, id segmentID, refs []seriesindex.Ref, p selectParams, acc *accumulator) error {
+func (s *store) readWhole(tx *archive.ReadTx, id segmentID, qs []qref, p selectParams, acc *accumulator) error {
 	b, err := s.segmentBytes(tx, id)
 	if err != nil {
 		return err
 	}
-	want := make(map[uint64][]seriesindex.Ref, len(refs))
-	for _, r := range refs {
-		want[s.x.Hash(r)] = append(want[s.x.Hash(r)], r)
+	want := make(map[uint64][]qref, len(qs))
+	for _, q := range qs {
+		h := s.x.Hash(q.ref)
+		want[h] = append(want[h], q)
 	}
 	got, err := promsample.ReadSegment(b, promsample.Query{MinT: p.mint, MaxT: p.maxt, Matchers: p.matchers})
 	if err != nil {
@@ -399,8 +428,8 @@ func (s *store) readWhole(tx *archive.ReadTx, id segmentID, refs []seriesindex.R
 	}
 	for i := range got {
 		sr := &got[i]
-		for _, r := range want[promsample.SeriesHash(sr.Labels)] {
-			if !s.x.Equal(r, sr.Labels) {
+		for _, q := range want[promsample.SeriesHash(sr.Labels)] {
+			if !s.x.Equal(q.ref, sr.Labels) {
 				continue
 			}
 			ex := sr.Exemplars
@@ -408,10 +437,10 @@ func (s *store) readWhole(tx *archive.ReadTx, id segmentID, refs []seriesindex.R
 				ex = nil
 			}
 			if p.labelsOnly {
-				acc.addRef(r, nil, nil, nil, true, p)
+				acc.add(q.slot, nil, nil, nil, true, p)
 				continue
 			}
-			if err := acc.addRef(r, sr.Samples, sr.Histograms, ex, len(sr.Samples) > 0, p); err != nil {
+			if err := acc.add(q.slot, sr.Samples, sr.Histograms, ex, len(sr.Samples) > 0, p); err != nil {
 				return err
 			}
 		}
@@ -426,10 +455,6 @@ func (s *store) readExemplars(tx *archive.ReadTx, id segmentID, ws []wanted, p s
 	if err != nil || d.x.Exemplars == 0 {
 		return err
 	}
-	refs := make([]seriesindex.Ref, len(ws))
-	for i, w := range ws {
-		refs[i] = w.ref
-	}
 	b, err := s.segmentBytes(tx, id)
 	if err != nil {
 		return err
@@ -438,17 +463,18 @@ func (s *store) readExemplars(tx *archive.ReadTx, id segmentID, ws []wanted, p s
 	if err != nil {
 		return fmt.Errorf("segment %d: %w", id.seq, err)
 	}
-	byHash := map[uint64][]seriesindex.Ref{}
-	for _, r := range refs {
-		byHash[s.x.Hash(r)] = append(byHash[s.x.Hash(r)], r)
+	byHash := map[uint64][]qref{}
+	for _, w := range ws {
+		h := s.x.Hash(w.ref)
+		byHash[h] = append(byHash[h], w.qref)
 	}
 	for i := range got {
 		if len(got[i].Exemplars) == 0 {
 			continue
 		}
-		for _, r := range byHash[promsample.SeriesHash(got[i].Labels)] {
-			if s.x.Equal(r, got[i].Labels) {
-				if err := acc.addRef(r, nil, nil, got[i].Exemplars, false, p); err != nil {
+		for _, q := range byHash[promsample.SeriesHash(got[i].Labels)] {
+			if s.x.Equal(q.ref, got[i].Labels) {
+				if err := acc.add(q.slot, nil, nil, got[i].Exemplars, false, p); err != nil {
 					return err
 				}
 			}

@@ -91,16 +91,23 @@ func TestSegDirSharedHash(t *testing.T) {
 		t.Fatalf("lookup = %d, want 4", got)
 	}
 	for _, ask := range [][]seriesindex.Ref{{refs[3], refs[4]}, refs} {
-		ws, whole := d.find(x, ask)
-		if !slices.Equal(whole, []seriesindex.Ref{refs[3]}) {
+		qs := make([]qref, len(ask))
+		for i, r := range ask {
+			qs[i] = qref{r, int32(i)}
+		}
+		ws, whole := d.find(x, qs)
+		if len(whole) != 1 || whole[0].ref != refs[3] || ask[whole[0].slot] != refs[3] {
 			t.Fatalf("asking %d series: read whole %v, want [%v]", len(ask), whole, refs[3])
 		}
 		if len(ws) != len(ask)-1 {
 			t.Fatalf("asking %d series: found %d", len(ask), len(ws))
 		}
-		for _, w := range ws {
-			if i := slices.Index(refs, w.ref); i != w.ord {
-				t.Fatalf("series %d found at %d", i, w.ord)
+		for k, w := range ws {
+			if i := slices.Index(refs, w.ref); i != w.ord || ask[w.slot] != w.ref {
+				t.Fatalf("series %d (slot %d) found at %d", i, w.slot, w.ord)
+			}
+			if k > 0 && ws[k-1].ord >= w.ord {
+				t.Fatalf("found out of order: %v", ws)
 			}
 		}
 	}

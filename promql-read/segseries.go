@@ -5,7 +5,6 @@ import (
 	"slices"
 
 	"github.com/dendro-receiver/dendro-receiver/encoders/promsample"
-	"github.com/dendro-receiver/dendro-receiver/seriesindex"
 )
 
 // Why a lone series' samples are kept, decoded, beside its pages.
@@ -77,7 +76,7 @@ func inRange(sm *promsample.Series, mint, maxt int64) *promsample.Series {
 // their kept samples, cut to p's range, and reports whether it could: all
 // or nothing, so that a run with one series not kept is read in its one
 // pass. add is readSegment's.
-func (s *store) addKept(seg segNo, run []wanted, p selectParams, add func(seriesindex.Ref, *promsample.Series) error) (bool, error) {
+func (s *store) addKept(seg segNo, run []wanted, p selectParams, add func(wanted, *promsample.Series) error) (bool, error) {
 	var one [1]keptSamples
 	got := one[:0]
 	for _, w := range run {
@@ -88,7 +87,7 @@ func (s *store) addKept(seg segNo, run []wanted, p selectParams, add func(series
 		got = append(got, k)
 	}
 	for i, w := range run {
-		if err := add(w.ref, &promsample.Series{Samples: trimSamples(got[i], p.mint, p.maxt)}); err != nil {
+		if err := add(w, &promsample.Series{Samples: trimSamples(got[i], p.mint, p.maxt)}); err != nil {
 			return true, err
 		}
 	}

@@ -369,21 +369,23 @@ func (s *store) selectPieces(ctx context.Context, p selectParams) (*selection, e
 		if len(refs) == 0 {
 			return nil
 		}
+		acc.setRefs(refs)
 		if p.labelsOnly {
-			for _, r := range refs {
-				acc.addRef(r, nil, nil, nil, true, p)
+			for i := range refs {
+				acc.add(int32(i), nil, nil, nil, true, p)
 			}
 			return nil
 		}
-		byLoc := map[seriesindex.Loc][]seriesindex.Ref{}
-		for _, r := range refs {
+		byLoc := map[seriesindex.Loc][]qref{}
+		for i, r := range refs {
+			q := qref{r, int32(i)}
 			if !s.x.MultiLoc(r) {
 				l := s.x.FirstLoc(r)
-				byLoc[l] = append(byLoc[l], r)
+				byLoc[l] = append(byLoc[l], q)
 				continue
 			}
 			for _, l := range s.x.Locs(r) {
-				byLoc[l] = append(byLoc[l], r)
+				byLoc[l] = append(byLoc[l], q)
 			}
 		}
 		for _, w := range todo {
@@ -403,10 +405,11 @@ func (s *store) selectPieces(ctx context.Context, p selectParams) (*selection, e
 	return acc.finish(p), nil
 }
 
-// readStream adds to acc what refs (sorted) hold in range in one stream:
-// its sealed segments in seq order, then its live tail.
-func (s *store) readStream(c *catalog, src archive.SourceID, stream string, segs []archive.StreamSegment, refs []seriesindex.Ref, p selectParams, acc *accumulator) error {
+// readStream adds to acc what qs (sorted by ref) hold in range in one
+// stream: its sealed segments in seq order, then its live tail.
+func (s *store) readStream(c *catalog, src archive.SourceID, stream string, segs []archive.StreamSegment, qs []qref, p selectParams, acc *accumulator) error {
 	k := streamRef{src, stream}
+	var memo found
 	for _, m := range segs {
 		id := s.segID(src, m)
 		if sp, ok := s.segSpan(k, id); ok && sp.outside(p.mint, p.maxt) {
@@ -414,7 +417,7 @@ func (s *store) readStream(c *catalog, src archive.SourceID, stream string, segs
 		}
 		// m is from c, this snapshot's catalog (or one of the same
 		// version): its row id locates the segment (lazySegment).
-		if err := s.readSegment(c.tx, id, m, refs, p, acc); err != nil {
+		if err := s.readSegment(c.tx, id, m, qs, &memo, p, acc); err != nil {
 			return err
 		}
 	}
@@ -423,12 +426,12 @@ func (s *store) readStream(c *catalog, src archive.SourceID, stream string, segs
 		return err
 	}
 	defer unlock()
-	for _, r := range refs {
-		err := view.read(r, p.mint, p.maxt, func(fl []promsample.Sample, hs []promsample.Histogram, ex []promsample.Exemplar) error {
+	for _, q := range qs {
+		err := view.read(q.ref, p.mint, p.maxt, func(fl []promsample.Sample, hs []promsample.Histogram, ex []promsample.Exemplar) error {
 			if !p.exemplars {
 				ex = nil
 			}
-			return acc.addRef(r, fl, hs, ex, len(fl) > 0, p)
+			return acc.add(q.slot, fl, hs, ex, len(fl) > 0, p)
 		})
 		if err != nil {
 			return err
