@@ -188,7 +188,8 @@ func (api *API) getEncoders(n int) []*runEncoder {
 // the limits above or the list is full.
 func (api *API) putEncoders(es []*runEncoder) {
 	for _, e := range es {
-		if cap(e.raw) > maxPooledRaw || cap(e.arena) > maxPooledArena ||
+		e.resetArena() // the chunks past the first, for the collector
+		if cap(e.raw) > maxPooledRaw || e.arenaBytes() > maxPooledArena ||
 			cap(e.floats) > maxPooledFloats || cap(e.hists) > maxPooledHists {
 			continue
 		}

@@ -207,7 +207,7 @@ func TestEncoderFreeListIsBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	es := api.getEncoders(maxIdleEncoders + 3)
-	big := &runEncoder{arena: make([]byte, 0, maxPooledArena+1)}
+	big := &runEncoder{arena: [][]byte{make([]byte, 0, maxPooledArena+1)}}
 	api.putEncoders(append([]*runEncoder{big}, es...))
 	if n := len(api.encoders); n != maxIdleEncoders {
 		t.Fatalf("%d idle encoders, want %d", n, maxIdleEncoders)
@@ -215,6 +215,53 @@ func TestEncoderFreeListIsBounded(t *testing.T) {
 	for range maxIdleEncoders {
 		if e := <-api.encoders; e == big {
 			t.Fatal("an encoder past the limits was kept")
+		}
+	}
+}
+
+// TestSamplesAnswerAcrossArenaChunks: an answer whose compressed runs
+// fill several of the arena's chunks decodes to exactly gogo's bytes,
+// also when encoded again on the same encoders (into the first chunk,
+// which resetArena keeps).
+func TestSamplesAnswerAcrossArenaChunks(t *testing.T) {
+	rng := rand.New(rand.NewSource(4))
+	sel, model := randomSelection(t, rng, 3000, math.MinInt64, math.MaxInt64)
+	want, err := gogoResponse([][]*series{model}).Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := samplesAnswer{sels: []*selection{sel}, encoders: []*runEncoder{{}, {}}}
+	for round := range 2 {
+		a.runs = nil
+		if err := a.encode(context.Background(), parallelism{workers: 2, runSamples: 300}); err != nil {
+			t.Fatal(err)
+		}
+		hdr, lits, err := a.header()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var buf bytes.Buffer
+		if err := a.writeTo(&buf, hdr, lits); err != nil {
+			t.Fatal(err)
+		}
+		got, err := snappy.Decode(nil, buf.Bytes())
+		if err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("round %d: answer of %d bytes differs from gogo's %d", round, len(got), len(want))
+		}
+		chunks := 0
+		for _, e := range a.encoders {
+			chunks += len(e.arena)
+			for i, c := range e.arena[:max(0, len(e.arena)-1)] {
+				if next := cap(e.arena[i+1]); next < min(2*cap(c), arenaChunk) {
+					t.Fatalf("round %d: a chunk of %d bytes after one of %d", round, next, cap(c))
+				}
+			}
+		}
+		if chunks < 6 {
+			t.Fatalf("round %d: %d chunks in all (%d compressed bytes): the test wants several per encoder", round, chunks, buf.Len())
 		}
 	}
 }
