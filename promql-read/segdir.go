@@ -317,7 +317,10 @@ func (s *store) readSegment(tx *archive.ReadTx, id segmentID, m archive.StreamSe
 		if p.labelsOnly {
 			return acc.add(w.slot, nil, nil, nil, true, p)
 		}
-		fl := slices.Clone(sm.Samples)
+		var fl []promsample.Sample
+		if len(sm.Samples) > 0 {
+			fl = acc.copyFloats(sm.Samples)
+		}
 		var hs []promsample.Histogram
 		if len(sm.Histograms) > 0 {
 			hs = slices.Clone(sm.Histograms)
