@@ -53,14 +53,22 @@ func selectionOf(res []*series) *selection {
 	return sel
 }
 
-// answerBytes encodes sels as a SAMPLES answer with par and returns the
-// compressed bytes, checking the announced length.
+// answerBytes encodes sels as a SAMPLES answer with par, on new encoders
+// (encodeAnswer).
 func answerBytes(t testing.TB, sels []*selection, par parallelism) []byte {
 	t.Helper()
 	a := samplesAnswer{sels: sels}
 	for range max(1, par.workers) {
 		a.encoders = append(a.encoders, &runEncoder{})
 	}
+	return encodeAnswer(t, &a, par)
+}
+
+// encodeAnswer encodes a (again, on its encoders as they are) and returns
+// the compressed bytes, checking the announced length.
+func encodeAnswer(t testing.TB, a *samplesAnswer, par parallelism) []byte {
+	t.Helper()
+	a.runs = nil
 	if err := a.encode(context.Background(), par); err != nil {
 		t.Fatal(err)
 	}
@@ -232,19 +240,8 @@ func TestSamplesAnswerAcrossArenaChunks(t *testing.T) {
 	}
 	a := samplesAnswer{sels: []*selection{sel}, encoders: []*runEncoder{{}, {}}}
 	for round := range 2 {
-		a.runs = nil
-		if err := a.encode(context.Background(), parallelism{workers: 2, runSamples: 300}); err != nil {
-			t.Fatal(err)
-		}
-		hdr, lits, err := a.header()
-		if err != nil {
-			t.Fatal(err)
-		}
-		var buf bytes.Buffer
-		if err := a.writeTo(&buf, hdr, lits); err != nil {
-			t.Fatal(err)
-		}
-		got, err := snappy.Decode(nil, buf.Bytes())
+		compressed := encodeAnswer(t, &a, parallelism{workers: 2, runSamples: 300})
+		got, err := snappy.Decode(nil, compressed)
 		if err != nil {
 			t.Fatalf("round %d: %v", round, err)
 		}
@@ -261,7 +258,7 @@ func TestSamplesAnswerAcrossArenaChunks(t *testing.T) {
 			}
 		}
 		if chunks < 6 {
-			t.Fatalf("round %d: %d chunks in all (%d compressed bytes): the test wants several per encoder", round, chunks, buf.Len())
+			t.Fatalf("round %d: %d chunks in all (%d compressed bytes): the test wants several per encoder", round, chunks, len(compressed))
 		}
 	}
 }
