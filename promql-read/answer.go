@@ -24,7 +24,7 @@ type pieces struct {
 	any    bool // labelsOnly: the series has data in range
 	ref    seriesindex.Ref
 	lbls   labels.Labels
-	floats [][]promsample.Sample // decoded pieces, each canonical and in range
+	floats [][]promsample.Sample  // decoded pieces, each canonical and in range
 	first  [4][]promsample.Sample // floats' first backing array (newPieces)
 	hists  [][]promsample.Histogram
 	ex     [][]promsample.Exemplar
