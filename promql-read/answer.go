@@ -39,6 +39,19 @@ func (pc *pieces) floatBound(mint, maxt int64) int {
 	return n
 }
 
+// chained reports whether pc's floats are pieces that follow each other
+// in time, each non-empty and starting after the one before ends: then
+// they are, one after another, what floatsInto would merge them into
+// (each piece is canonical and in range).
+func (pc *pieces) chained() bool {
+	for k, f := range pc.floats {
+		if len(f) == 0 || k > 0 && f[0].T <= pc.floats[k-1][len(pc.floats[k-1])-1].T {
+			return false
+		}
+	}
+	return true
+}
+
 // floatsInto appends to dst the floats of pc in [mint, maxt], merged:
 // sorted by (T, value bits), exact duplicates dropped. raw is how many the
 // pieces held before merging.
@@ -340,7 +353,7 @@ func (s *slab) used(n int) { s.buf = s.buf[:len(s.buf)+n] }
 // shared with the pieces when a series has one decoded piece), on several
 // goroutines when it is large. Series left with nothing in range are
 // dropped, except labelsOnly ones.
-func materialize(ctx context.Context, sel *selection, exemplars bool, par parallelism) ([]*series, error) {
+func materialize(ctx context.Context, sel *selection, exemplars, chain bool, par parallelism) ([]*series, error) {
 	out := make([]*series, len(sel.list))
 	ends, total := par.runs(sel.list, sel.mint, sel.maxt)
 	width := par.width(total)
@@ -359,6 +372,11 @@ func materialize(ctx context.Context, sel *selection, exemplars bool, par parall
 			switch {
 			case len(pc.floats) == 1:
 				sr.floats = pc.floats[0]
+			case len(pc.floats) > 1 && chain && len(pc.hists) == 0 && pc.chained():
+				// Handed over as they are: merging them was a copy of
+				// every float of the answer into new memory (at 10 k
+				// series, a third of the CPU of sum by (job) over an hour).
+				sr.floats, sr.rest = pc.floats[0], pc.floats[1:]
 			case len(pc.floats) > 1:
 				n := pc.floatBound(sel.mint, sel.maxt)
 				buf := slabs[w].alloc(n)

@@ -121,7 +121,7 @@ func TestMaterializeParallelMatchesModel(t *testing.T) {
 		}
 		sel, want := randomSelection(t, rng, 40+rng.Intn(300), mint, maxt)
 		for _, par := range []parallelism{{workers: 1}, {workers: 4, runSamples: 1 + rng.Intn(2000)}} {
-			got, err := materialize(context.Background(), sel, false, par)
+			got, err := materialize(context.Background(), sel, false, false, par)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -129,7 +129,7 @@ func TestMaterializeParallelMatchesModel(t *testing.T) {
 		}
 	}
 	checkBudget(t, rng, func(sel *selection, par parallelism) error {
-		_, err := materialize(context.Background(), sel, false, par)
+		_, err := materialize(context.Background(), sel, false, false, par)
 		return err
 	})
 }

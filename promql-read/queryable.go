@@ -90,7 +90,7 @@ func (q *querier) Close() error {
 }
 
 func (q *querier) params(hints *storage.SelectHints, ms []*labels.Matcher) selectParams {
-	p := selectParams{mint: q.mint, maxt: q.maxt, matchers: ms, budget: q.budget}
+	p := selectParams{mint: q.mint, maxt: q.maxt, matchers: ms, budget: q.budget, chain: true}
 	if hints != nil {
 		// As Prometheus's TSDB querier does: the hints carry the range this
 		// selector needs (offset, @ and lookback applied).
@@ -211,10 +211,10 @@ func (v *seriesView) Iterator(it chunkenc.Iterator) chunkenc.Iterator {
 		// Most series: floats only, walked by the engine sample by
 		// sample through this interface.
 		if x, ok := it.(*floatIterator); ok {
-			*x = floatIterator{fl: v.sr.floats, i: -1}
+			*x = floatIterator{fl: v.sr.floats, rest: v.sr.rest, i: -1}
 			return x
 		}
-		return &floatIterator{fl: v.sr.floats, i: -1}
+		return &floatIterator{fl: v.sr.floats, rest: v.sr.rest, i: -1}
 	}
 	if x, ok := it.(*iterator); ok {
 		x.reset(v.sr)
@@ -228,8 +228,9 @@ func (v *seriesView) Iterator(it chunkenc.Iterator) chunkenc.Iterator {
 // floatIterator walks a series that has floats only: iterator without
 // the histogram cursor.
 type floatIterator struct {
-	fl []promsample.Sample
-	i  int // the current sample; -1 before the first Next or Seek, len(fl) when done
+	fl   []promsample.Sample   // the piece being walked
+	rest [][]promsample.Sample // the pieces after it (series.rest)
+	i    int                   // the current sample of fl; -1 before the first Next or Seek, len(fl) when done
 }
 
 func (it *floatIterator) Next() chunkenc.ValueType {
@@ -237,8 +238,24 @@ func (it *floatIterator) Next() chunkenc.ValueType {
 		it.i++
 		return chunkenc.ValFloat
 	}
+	if it.i < len(it.fl) && it.nextPiece() {
+		return chunkenc.ValFloat
+	}
 	it.i = len(it.fl)
 	return chunkenc.ValNone
+}
+
+// nextPiece moves to the first sample of the next non-empty piece; false
+// when there is none (it.fl is then the last piece).
+func (it *floatIterator) nextPiece() bool {
+	for len(it.rest) > 0 {
+		it.fl, it.rest = it.rest[0], it.rest[1:]
+		if len(it.fl) > 0 {
+			it.i = 0
+			return true
+		}
+	}
+	return false
 }
 
 func (it *floatIterator) Seek(t unixMillis) chunkenc.ValueType {
@@ -246,7 +263,19 @@ func (it *floatIterator) Seek(t unixMillis) chunkenc.ValueType {
 		it.i = 0
 	}
 	if it.i >= len(it.fl) {
-		return chunkenc.ValNone
+		if it.i > 0 || !it.nextPiece() {
+			// Done (a walk past the end leaves i == len(fl) > 0), or no
+			// sample at all.
+			it.i = len(it.fl)
+			return chunkenc.ValNone
+		}
+	}
+	// The pieces follow each other in time: skip those that end before t.
+	for it.fl[len(it.fl)-1].T < t {
+		if !it.nextPiece() {
+			it.i = len(it.fl)
+			return chunkenc.ValNone
+		}
 	}
 	if it.fl[it.i].T < t {
 		it.i += searchT(len(it.fl)-it.i, func(k int) bool { return it.fl[it.i+k].T >= t })

@@ -55,8 +55,13 @@ type store struct {
 // series is one series of an answer. Its slices may be shared with the
 // cache and are read-only.
 type series struct {
-	lbls      labels.Labels
-	floats    []promsample.Sample    // by T
+	lbls   labels.Labels
+	floats []promsample.Sample // by T
+	// rest are more floats, after floats, when materialize chained a
+	// series' pieces instead of merging them (selectParams.chain): each
+	// non-empty and starting after the one before ends. Only on series
+	// without histograms; floatIterator walks them.
+	rest      [][]promsample.Sample
 	hists     []promsample.Histogram // by T
 	exemplars []promsample.Exemplar  // by T
 }
@@ -170,7 +175,12 @@ type selectParams struct {
 	// samples: series, labels and label-values questions over all time
 	// cost memory per series, not per sample.
 	labelsOnly bool
-	budget     *budget
+	// chain lets materialize hand a float series' pieces over as they
+	// are (series.rest) when they follow each other in time, instead of
+	// copying them into one slice: for the PromQL engine, which walks a
+	// series through its iterator. Other callers read series.floats.
+	chain  bool
+	budget *budget
 	// stats, when set, receives how many samples the pieces held before
 	// merging (so a test can tell a seam that repeats rows from one the
 	// de-duplication hides).
@@ -313,7 +323,7 @@ func (s *store) selectSeries(ctx context.Context, p selectParams) ([]*series, er
 	if err != nil || sel == nil {
 		return nil, err
 	}
-	out, err := materialize(ctx, sel, p.exemplars, s.par)
+	out, err := materialize(ctx, sel, p.exemplars, p.chain, s.par)
 	if err != nil {
 		return nil, err
 	}
