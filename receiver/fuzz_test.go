@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/golang/snappy"
@@ -216,4 +217,29 @@ func checkInvariants(t *testing.T, x *seriesindex.Index, r *Request) {
 	if c := countsOf(series); c != r.Counts {
 		t.Fatalf("counts %+v, series hold %+v", r.Counts, c)
 	}
+}
+
+// FuzzShortLabel: where shortLabel decodes a Label, label decodes it to the
+// same name and value.
+func FuzzShortLabel(f *testing.F) {
+	for _, l := range []prompb.Label{{Name: "__name__", Value: "up"}, {Name: "a", Value: ""}, {Name: "", Value: "v"},
+		{Name: "job", Value: strings.Repeat("x", 127)}, {Name: "job", Value: strings.Repeat("x", 128)}} {
+		b, err := l.Marshal()
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Add([]byte{0x12, 0x01, 'v', 0x0a, 0x01, 'n'}) // value first
+	f.Add([]byte{0x0a, 0x01, 'n', 0x12, 0x01, 'v', 0x12, 0x01, 'w'})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		name, value, short := shortLabel(b)
+		if !short {
+			return
+		}
+		n, v, err := label(b)
+		if err != nil || n != name || v != value {
+			t.Fatalf("shortLabel %q %q, label %q %q %v", name, value, n, v, err)
+		}
+	})
 }
