@@ -210,7 +210,8 @@ type rowScratch struct {
 	count    []int    // per bucket: series, then start offsets
 	meta     [][]promsample.Metadata
 	row      promsample.AnchoredRow
-	local    map[seriesindex.Ref]uint32 // this row's series -> local id
+	locals   []uint32                   // per series of a row: its local id
+	fresh    map[seriesindex.Ref]uint32 // a row's series not yet anchored -> local id
 	anchored []anchorRec                // anchors of the request's rows
 	// interned is a row's anchors as the index's symbol ids: the row
 	// encoder copies their strings from the index, and no labels.Labels
@@ -588,24 +589,33 @@ func (in *Ingester) appendRows(sc *rowScratch, ep *epochState, rows []archive.Ro
 	r.Epoch, r.Metadata = ep.id, meta
 	r.Interned, r.Series = nil, r.Series[:0]
 	sc.interned.Reset()
-	if sc.local == nil {
-		sc.local = map[seriesindex.Ref]uint32{}
-	}
-	clear(sc.local)
 	anchoredFrom := len(sc.anchored)
+	// locals[k] is the local id of series[idx[k]]: the one its anchor in
+	// this epoch gave it (a committed row's, so any reader of the row can
+	// resolve it), or, for a series not anchored yet, one of the ids
+	// reserved below, assigned once per series (sc.fresh) however often
+	// the request lists it. In the steady state every series is anchored
+	// and no map is touched: a map probe per series was 5% of the
+	// receiver's CPU at 10,000 series.
+	locals := sc.locals[:0]
+	clear(sc.fresh)
 	var fresh []seriesindex.Ref
 	for _, i := range idx {
 		ref := series[i].Ref
-		if _, ok := sc.local[ref]; ok {
-			continue
-		}
 		if a := in.x.Anchor(ref); a != 0 && uint32(a>>32) == ep.stamp {
-			sc.local[ref] = uint32(a)
+			locals = append(locals, uint32(a))
 			continue
 		}
-		sc.local[ref] = 0
-		fresh = append(fresh, ref)
+		locals = append(locals, 0) // set below
+		if sc.fresh == nil {
+			sc.fresh = map[seriesindex.Ref]uint32{}
+		}
+		if _, dup := sc.fresh[ref]; !dup {
+			sc.fresh[ref] = 0
+			fresh = append(fresh, ref)
+		}
 	}
+	sc.locals = locals
 	if len(fresh) > 0 {
 		if uint64(ep.next.Load())+uint64(len(fresh)) >= promsample.MaxEpochSeries {
 			return rows, fmt.Errorf("stream %s: epoch holds %d series", stream, ep.next.Load())
@@ -613,7 +623,7 @@ func (in *Ingester) appendRows(sc *rowScratch, ep *epochState, rows []archive.Ro
 		first := ep.next.Add(uint32(len(fresh))) - uint32(len(fresh))
 		r.FirstLocal, r.Interned = first, &sc.interned
 		for k, ref := range fresh {
-			sc.local[ref] = first + uint32(k)
+			sc.fresh[ref] = first + uint32(k)
 			p, a := in.x.Pairs(ref), &sc.interned
 			for range p.Len() {
 				n, v := p.Next()
@@ -625,9 +635,15 @@ func (in *Ingester) appendRows(sc *rowScratch, ep *epochState, rows []archive.Ro
 	} else {
 		r.FirstLocal = ep.next.Load()
 	}
-	for _, i := range idx {
+	for k, i := range idx {
 		s := &series[i]
-		r.Series = append(r.Series, promsample.RowSeries{Local: sc.local[s.Ref], Samples: s.Samples, Histograms: s.Histograms, Exemplars: s.Exemplars})
+		l := locals[k]
+		if len(fresh) > 0 {
+			if f, ok := sc.fresh[s.Ref]; ok {
+				l = f
+			}
+		}
+		r.Series = append(r.Series, promsample.RowSeries{Local: l, Samples: s.Samples, Histograms: s.Histograms, Exemplars: s.Exemplars})
 	}
 	data, err := sc.enc.Append(in.rowBufs.get(), r)
 	if err == nil {

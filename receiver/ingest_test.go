@@ -2,12 +2,14 @@ package receiver
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"sort"
 	"sync"
 	"testing"
@@ -735,5 +737,46 @@ func TestWriteTouchesItsSeries(t *testing.T) {
 	}
 	if x.Anchor(kept) == 0 || x.Anchor(alsoKept) == 0 {
 		t.Fatal("a series written 30 minutes ago went idle")
+	}
+}
+
+// TestASeriesListedTwiceInARequest: a request may list a series more than
+// once, new or anchored already in the epoch, beside series of either
+// kind; every sample reads back under its series, in the live tail and
+// after a seal.
+func TestASeriesListedTwiceInARequest(t *testing.T) {
+	s := openStack(t, filepath.Join(t.TempDir(), "twice.db"), archive.SealPolicy{})
+	one := func(name string, ts int64) prompb.TimeSeries {
+		return prompb.TimeSeries{Labels: lbl("__name__", name, "job", "j"), Samples: []prompb.Sample{{Timestamp: ts, Value: float64(ts)}}}
+	}
+	reqs := [][]prompb.TimeSeries{
+		{one("a", 1), one("b", 1), one("a", 2)},              // a new, twice
+		{one("a", 3), one("c", 3), one("a", 4), one("c", 4)}, // a anchored, c new, each twice
+		{one("b", 5), one("d", 5), one("b", 6), one("c", 5)},
+	}
+	want := map[string][]promsample.Sample{}
+	for i, ts := range reqs {
+		if a := post(t, s.url, bytes.NewReader(encodeV1(t, &prompb.WriteRequest{Timeseries: ts})), v1Headers()); a.code != http.StatusNoContent {
+			t.Fatalf("request %d: %d %s", i, a.code, a.body)
+		}
+		for _, x := range ts {
+			n := x.Labels[0].Value
+			want[n] = append(want[n], promsample.Sample{T: x.Samples[0].Timestamp, V: x.Samples[0].Value})
+		}
+	}
+	var ws []promsample.Series
+	for n, smp := range want {
+		slices.SortFunc(smp, func(a, b promsample.Sample) int { return cmp.Compare(a.T, b.T) })
+		ws = append(ws, promsample.Series{Labels: labels.FromStrings("__name__", n, "job", "j"), Samples: smp})
+	}
+	ws = sortSeries(ws)
+	if d := diffSeries(readBack(t, s.path), ws); d != "" {
+		t.Fatalf("live tail: %s", d)
+	}
+	if err := s.ing.SealAll(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if d := diffSeries(readBack(t, s.path), ws); d != "" {
+		t.Fatalf("sealed: %s", d)
 	}
 }
