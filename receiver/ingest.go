@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"runtime"
 	"slices"
@@ -244,10 +245,33 @@ func (sc *rowScratch) release() {
 func (sc *rowScratch) split(x *seriesindex.Index, series []Series, meta []promsample.Metadata, buckets int) {
 	sc.count = append(sc.count[:0], make([]int, buckets+1)...)
 	sc.bucket = sc.bucket[:0]
+	// The metric name is found by symbol ids, and its bucket hashed only
+	// when it differs from the series before's: a request lists a
+	// metric's series together (Prometheus sends a scrape in order), and
+	// comparing and hashing the name of every series was 4% of the
+	// receiver's CPU at 10,000 series.
+	const unnamed = 1 << 32 // a name key no symbol id takes: no __name__
+	nameSym, hasName := x.SymbolID(labels.MetricName)
+	lastName, lastBucket := uint64(math.MaxUint64), uint16(0)
 	for i := range series {
-		b := uint16(xxhash.Sum64String(x.Value(series[i].Ref, labels.MetricName)) % uint64(buckets))
-		sc.bucket = append(sc.bucket, b)
-		sc.count[b+1]++
+		name := uint64(unnamed)
+		if hasName {
+			for p := x.Pairs(series[i].Ref); p.Len() > 0; {
+				if n, v := p.Next(); n == nameSym {
+					name = uint64(v)
+					break
+				}
+			}
+		}
+		if name != lastName {
+			s := "" // as labels.Get finds no __name__
+			if name != unnamed {
+				s = x.Symbol(uint32(name))
+			}
+			lastName, lastBucket = name, uint16(xxhash.Sum64String(s)%uint64(buckets))
+		}
+		sc.bucket = append(sc.bucket, lastBucket)
+		sc.count[lastBucket+1]++
 	}
 	for b := 0; b < buckets; b++ {
 		sc.count[b+1] += sc.count[b]

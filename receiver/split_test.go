@@ -17,9 +17,15 @@ func TestSplitAgreesWithSplitBatch(t *testing.T) {
 	var series []promsample.Series
 	var meta []promsample.Metadata
 	for i := 0; i < 300; i++ {
-		name := fmt.Sprintf("metric_%d", i%37)
+		// Runs of one name (split hashes a name once per run), names
+		// that come back after others, and series with no name.
+		name := fmt.Sprintf("metric_%d", (i/3)%37)
+		ls := labels.FromStrings(labels.MetricName, name, "i", fmt.Sprint(i))
+		if i%41 == 7 || i%41 == 8 {
+			ls = labels.FromStrings("i", fmt.Sprint(i))
+		}
 		series = append(series, promsample.Series{
-			Labels:  labels.FromStrings(labels.MetricName, name, "i", fmt.Sprint(i)),
+			Labels:  ls,
 			Samples: []promsample.Sample{{T: int64(i), V: float64(i)}},
 		})
 		if i%5 == 0 {
