@@ -3,8 +3,10 @@ package promsample
 import (
 	"bytes"
 	"cmp"
+	"encoding/binary"
 	"hash/maphash"
 	"math"
+	"math/bits"
 	"slices"
 	"strings"
 	"unsafe"
@@ -408,7 +410,7 @@ func sortSeries(out []*seriesData, strs []string) []string {
 			order = append(order, uint32(id))
 		}
 	}
-	slices.SortFunc(order, func(a, b uint32) int { return strings.Compare(strs[a], strs[b]) })
+	sortStrings(order, strs)
 	sorted := make([]string, len(order))
 	for r, id := range order {
 		rank[id] = uint32(r) + 1
@@ -423,13 +425,148 @@ func sortSeries(out []*seriesData, strs []string) []string {
 			sd.name = rank[sd.name-1]
 		}
 	}
-	slices.SortFunc(out, func(a, b *seriesData) int {
-		if a.name != b.name {
-			return cmp.Compare(a.name, b.name)
-		}
-		return slices.Compare(a.pairs, b.pairs)
-	})
+	sortByKeys(out, len(sorted))
 	return sorted
+}
+
+// sortStrings sorts ids by their strings, as strings.Compare does, eight
+// bytes at a time: by each string's first eight (a big-endian number,
+// then how many there were), then each run of ids whose eight were equal
+// by the next eight, and so on. Those numbers sit side by side in one
+// array, where comparing the strings themselves went through a string
+// header and its bytes, both cache misses, ~18 times a string (a seal
+// sorts every distinct label value of its stream: 200 k of them at a
+// million series).
+func sortStrings(ids []uint32, strs []string) {
+	type chunk struct {
+		k  uint64
+		n  uint32 // bytes of the string in k: under 8 at its end
+		id uint32
+	}
+	cs := make([]chunk, len(ids))
+	for i, id := range ids {
+		cs[i].id = id
+	}
+	var sortFrom func(cs []chunk, off int)
+	sortFrom = func(cs []chunk, off int) {
+		for i := range cs {
+			s := strs[cs[i].id]
+			var b [8]byte
+			n := 0
+			if off < len(s) {
+				n = copy(b[:], s[off:])
+			}
+			cs[i].k, cs[i].n = binary.BigEndian.Uint64(b[:]), uint32(n)
+		}
+		// Equal k and n: the same bytes, and for n under 8 the same
+		// (distinct strings cannot end together); a shorter end of equal
+		// bytes sorts first, as a prefix does.
+		slices.SortFunc(cs, func(a, b chunk) int {
+			if a.k != b.k {
+				return cmp.Compare(a.k, b.k)
+			}
+			return cmp.Compare(a.n, b.n)
+		})
+		for lo := 0; lo < len(cs); {
+			hi := lo + 1
+			for hi < len(cs) && cs[hi].k == cs[lo].k && cs[hi].n == cs[lo].n {
+				hi++
+			}
+			if hi-lo > 1 && cs[lo].n == 8 {
+				sortFrom(cs[lo:hi], off+8)
+			}
+			lo = hi
+		}
+	}
+	sortFrom(cs, 0)
+	for i, c := range cs {
+		ids[i] = c.id
+	}
+}
+
+// compareRanked is the order of sortSeries once ids are ranks.
+func compareRanked(a, b *seriesData) int {
+	if a.name != b.name {
+		return cmp.Compare(a.name, b.name)
+	}
+	return slices.Compare(a.pairs, b.pairs)
+}
+
+// sortByKeys sorts out (ids ranked, below ranks) by compareRanked.
+//
+// Comparing through each series' pointer and then its pairs' missed the
+// CPU cache at every step: 0.9 us a series at 200 k series, 8% of the
+// receiver's CPU loading a million. So each series gets a key packed from
+// the values its comparison mostly turns on, and the sort compares keys
+// side by side in one array, going to the series only on a tie. Position
+// j of a series is pairs[j]+1, or 0 past its end (so a series that is a
+// prefix of another sorts first, as slices.Compare has it); positions
+// where every series holds the same value decide no comparison and are
+// skipped. A key is the name, then the first positions that vary, as many
+// as fit in 64 bits: keys that differ order their series as
+// compareRanked does, and equal keys leave it to compareRanked.
+func sortByKeys(out []*seriesData, ranks int) {
+	width := bits.Len(uint(ranks + 1))
+	if len(out) < 2 || width > 32 {
+		slices.SortFunc(out, compareRanked)
+		return
+	}
+	fields := 64 / width
+	longest := 0
+	for _, sd := range out {
+		longest = max(longest, len(sd.pairs))
+	}
+	at := func(sd *seriesData, j int) uint64 {
+		if j < len(sd.pairs) {
+			return uint64(sd.pairs[j]) + 1
+		}
+		return 0
+	}
+	// Where every series' name is its value at position 1 (__name__ is
+	// its first label, as it is unless a label name sorts before it), the
+	// name field already holds position 1.
+	named := true
+	for _, sd := range out {
+		if sd.name == 0 || at(sd, 1) != uint64(sd.name) {
+			named = false
+			break
+		}
+	}
+	var vary []int // positions that vary, in order, up to fields-1
+	for j := 0; j < longest && len(vary) < fields-1; j++ {
+		if j == 1 && named {
+			continue
+		}
+		first := at(out[0], j)
+		for _, sd := range out[1:] {
+			if at(sd, j) != first {
+				vary = append(vary, j)
+				break
+			}
+		}
+	}
+	type keyed struct {
+		key uint64
+		sd  *seriesData
+	}
+	ks := make([]keyed, len(out))
+	for i, sd := range out {
+		k := uint64(sd.name)
+		for _, j := range vary {
+			k = k<<width | at(sd, j)
+		}
+		// Left-aligned, so that fewer fields compare as more would.
+		ks[i] = keyed{k << (64 - width*(1+len(vary))), sd}
+	}
+	slices.SortFunc(ks, func(a, b keyed) int {
+		if a.key != b.key {
+			return cmp.Compare(a.key, b.key)
+		}
+		return compareRanked(a.sd, b.sd)
+	})
+	for i, k := range ks {
+		out[i] = k.sd
+	}
 }
 
 func compareMetadata(a, b Metadata) int {

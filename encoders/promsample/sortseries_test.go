@@ -108,6 +108,50 @@ func TestSortSeriesRandomLabelSets(t *testing.T) {
 	}
 }
 
+// Strings that share their first 8, 16 or more bytes, end inside a
+// shared run or at its edge, or hold zero bytes there (sortStrings reads
+// eight bytes at a time), and series with and without a name, or with a
+// label before it (sortByKeys skips the name's value only when it is
+// every series' second; keys that tie leave the order to the labels).
+func TestSortSeriesLongSharedPrefixes(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 5))
+	stems := []string{"", "/kubepod", "/kubepods/burstabl", "/kubepods/burstable/pod", "/kubepods/burstable/pod\x00\x00",
+		"12345678", "1234567", "123456789", "12345678\x00", "\x00\x00\x00\x00\x00\x00\x00\x00"}
+	for round := 0; round < 300; round++ {
+		n := 1 + rng.IntN(120)
+		unnamed := rng.IntN(4) == 0
+		before := rng.IntN(4) == 0
+		seen := map[string]bool{}
+		var sets []labels.Labels
+		for len(sets) < n {
+			b := labels.NewScratchBuilder(0)
+			if !unnamed || rng.IntN(2) == 0 {
+				b.Add("__name__", stems[1+rng.IntN(len(stems)-1)]+strconv.Itoa(rng.IntN(3)))
+			}
+			if before {
+				b.Add("A", stems[rng.IntN(len(stems))]+"x")
+			}
+			b.Add("container", []string{"app", "sidecar"}[rng.IntN(2)])
+			b.Add("id", stems[rng.IntN(len(stems))]+stems[rng.IntN(len(stems))]+strconv.Itoa(rng.IntN(50)))
+			// More positions that vary than a key holds: keys tie.
+			for l := range 8 {
+				b.Add("l"+strconv.Itoa(l), strconv.Itoa(rng.IntN(2)))
+			}
+			if rng.IntN(3) == 0 {
+				b.Add("zone", stems[rng.IntN(len(stems))])
+			}
+			b.Sort()
+			ls := b.Labels()
+			if ls.IsEmpty() || seen[ls.String()] {
+				continue
+			}
+			seen[ls.String()] = true
+			sets = append(sets, ls)
+		}
+		checkSortSeries(t, sets)
+	}
+}
+
 func checkSortSeries(t *testing.T, sets []labels.Labels) {
 	t.Helper()
 	c, series := collected(sets)
