@@ -377,7 +377,6 @@ func (v *v1Decoder) seriesFields(idx int, b []byte, o seriesOffsets, ref seriesi
 	return nil
 }
 
-// label decodes a Label; the strings alias b.
 // labelKey is the key of TimeSeries.labels and of Label.name (field 1,
 // length-delimited); labelValueKey that of Label.value (field 2).
 const (
@@ -401,6 +400,7 @@ func shortLabel(b []byte) (name, value string, short bool) {
 	return yolo(b[2 : 2+nl]), yolo(b[4+nl:]), true
 }
 
+// label decodes a Label; the strings alias b.
 func label(b []byte) (name, value string, err error) {
 	for len(b) > 0 {
 		num, typ, rest, err := field(b)
