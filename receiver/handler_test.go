@@ -906,3 +906,78 @@ func TestRecycleNeverAliasesALiveRequest(t *testing.T) {
 		t.Fatal("Recycle(nil) touched another request")
 	}
 }
+
+// TestNewSeriesAreFoundByTheirLabels: a new series is indexed under the
+// hash of its labels as the index holds them, however the wire had them
+// (an empty value dropped, a label after the samples, both at once: the
+// label count is then the wire's), so that the next request finds it and
+// adds nothing.
+func TestNewSeriesAreFoundByTheirLabels(t *testing.T) {
+	label := func(name, value string) []byte {
+		b := lenFieldT(1, []byte(name))
+		if value != "" {
+			b = append(b, lenFieldT(2, []byte(value))...)
+		}
+		return lenFieldT(1, b)
+	}
+	smp, _ := (&prompb.Sample{Timestamp: 1, Value: 1}).Marshal()
+	series := func(parts ...[]byte) []byte { return lenFieldT(1, bytes.Join(parts, nil)) }
+	v2 := func(ls ...string) []byte {
+		st := writev2.NewSymbolTable()
+		var refs []uint32
+		for i := 0; i < len(ls); i += 2 {
+			refs = append(refs, st.Symbolize(ls[i]), st.Symbolize(ls[i+1]))
+		}
+		r := &writev2.Request{Timeseries: []writev2.TimeSeries{{LabelsRefs: refs, Samples: []writev2.Sample{{Value: 1, Timestamp: 1}}}}}
+		r.Symbols = st.Symbols()
+		b, err := r.Marshal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	cases := []struct {
+		name  string
+		proto Protocol
+		msg   []byte
+		want  labels.Labels
+	}{
+		{"as senders write them", ProtocolV1, series(label("__name__", "m"), label("a", "1"), lenFieldT(2, smp)),
+			labels.FromStrings("__name__", "m", "a", "1")},
+		{"an empty value", ProtocolV1, series(label("__name__", "m"), label("a", ""), label("b", "1"), lenFieldT(2, smp)),
+			labels.FromStrings("__name__", "m", "b", "1")},
+		{"a label after the samples", ProtocolV1, series(label("__name__", "m"), lenFieldT(2, smp), label("z", "1")),
+			labels.FromStrings("__name__", "m", "z", "1")},
+		{"an empty value and a label after the samples", ProtocolV1, series(label("__name__", "m"), label("a", ""), lenFieldT(2, smp), label("z", "1")),
+			labels.FromStrings("__name__", "m", "z", "1")},
+		{"2.0 as senders write them", ProtocolV2, v2("__name__", "m", "a", "1"), labels.FromStrings("__name__", "m", "a", "1")},
+		{"2.0 with an empty value", ProtocolV2, v2("__name__", "m", "a", "", "b", "1"), labels.FromStrings("__name__", "m", "b", "1")},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			d, _ := NewDecoder(Options{})
+			var first seriesindex.Ref
+			for round := range 2 {
+				req, err := d.Decode(tc.proto, snappy.Encode(nil, tc.msg))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(req.Series) != 1 {
+					t.Fatalf("round %d: %d series", round, len(req.Series))
+				}
+				ref := req.Series[0].Ref
+				if got := d.Series().Labels(ref); !labels.Equal(got, tc.want) {
+					t.Fatalf("round %d: labels %v, want %v", round, got, tc.want)
+				}
+				if got := d.Series().Get(tc.want); got != ref {
+					t.Fatalf("round %d: the index finds %v by its labels, the request has %v", round, got, ref)
+				}
+				if round == 0 {
+					first = ref
+				} else if ref != first || d.Series().Len() != 1 {
+					t.Fatalf("added again: %v then %v, %d series", first, ref, d.Series().Len())
+				}
+			}
+		})
+	}
+}
