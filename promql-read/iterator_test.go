@@ -1,6 +1,7 @@
 package promread
 
 import (
+	"fmt"
 	"math/rand"
 	"testing"
 
@@ -15,12 +16,7 @@ import (
 func TestFloatIteratorMatchesIterator(t *testing.T) {
 	rng := rand.New(rand.NewSource(2))
 	for round := 0; round < 500; round++ {
-		var fl []promsample.Sample
-		ts := int64(rng.Intn(100))
-		for i := rng.Intn(40); i > 0; i-- {
-			fl = append(fl, promsample.Sample{T: ts, V: float64(i)})
-			ts += int64(rng.Intn(3)) // 0: an equal timestamp
-		}
+		fl, ts := randomFloats(rng)
 		sr := &series{floats: fl}
 		f := (&seriesView{sr: sr}).Iterator(nil)
 		if _, ok := f.(*floatIterator); !ok {
@@ -28,25 +24,44 @@ func TestFloatIteratorMatchesIterator(t *testing.T) {
 		}
 		var g iterator
 		g.reset(sr)
-		for op := 0; op < 30; op++ {
-			var a, b chunkenc.ValueType
-			if rng.Intn(2) == 0 {
-				a, b = f.Next(), g.Next()
-			} else {
-				at := int64(rng.Intn(int(ts) + 10))
-				a, b = f.Seek(at), g.Seek(at)
-			}
-			if a != b {
-				t.Fatalf("round %d op %d: %v, want %v", round, op, a, b)
-			}
-			if a == chunkenc.ValNone {
-				continue
-			}
-			ft, fv := f.At()
-			gt, gv := g.At()
-			if ft != gt || fv != gv || f.AtT() != g.AtT() {
-				t.Fatalf("round %d op %d: (%d, %v), want (%d, %v)", round, op, ft, fv, gt, gv)
-			}
+		sameAnswers(t, rng, f, &g, 30, ts, fmt.Sprintf("round %d", round))
+	}
+}
+
+// randomFloats returns up to 39 float samples with timestamps that repeat
+// or move on by 1 or 2, and the last timestamp reached.
+func randomFloats(rng *rand.Rand) ([]promsample.Sample, int64) {
+	var fl []promsample.Sample
+	ts := int64(rng.Intn(100))
+	for i := rng.Intn(40); i > 0; i-- {
+		fl = append(fl, promsample.Sample{T: ts, V: float64(i)})
+		ts += int64(rng.Intn(3)) // 0: an equal timestamp
+	}
+	return fl, ts
+}
+
+// sameAnswers calls Next or Seek (to a time up to maxT+9) ops times on f
+// and g alike and fails unless they answer the same.
+func sameAnswers(t *testing.T, rng *rand.Rand, f, g chunkenc.Iterator, ops int, maxT int64, what string) {
+	t.Helper()
+	for op := 0; op < ops; op++ {
+		var a, b chunkenc.ValueType
+		if rng.Intn(2) == 0 {
+			a, b = f.Next(), g.Next()
+		} else {
+			at := int64(rng.Intn(int(maxT) + 10))
+			a, b = f.Seek(at), g.Seek(at)
+		}
+		if a != b {
+			t.Fatalf("%s op %d: %v, want %v", what, op, a, b)
+		}
+		if a == chunkenc.ValNone {
+			continue
+		}
+		ft, fv := f.At()
+		gt, gv := g.At()
+		if ft != gt || fv != gv || f.AtT() != g.AtT() {
+			t.Fatalf("%s op %d: (%d, %v), want (%d, %v)", what, op, ft, fv, gt, gv)
 		}
 	}
 }
@@ -58,12 +73,7 @@ func TestChainedFloatIteratorMatchesOneSlice(t *testing.T) {
 	rng := rand.New(rand.NewSource(3))
 	var reused chunkenc.Iterator
 	for round := 0; round < 500; round++ {
-		var fl []promsample.Sample
-		ts := int64(rng.Intn(100))
-		for i := rng.Intn(40); i > 0; i-- {
-			fl = append(fl, promsample.Sample{T: ts, V: float64(i)})
-			ts += int64(rng.Intn(3)) // 0: an equal timestamp
-		}
+		fl, ts := randomFloats(rng)
 		// Cut where the time moves on, as chained requires.
 		var cut [][]promsample.Sample
 		lo := 0
@@ -87,26 +97,7 @@ func TestChainedFloatIteratorMatchesOneSlice(t *testing.T) {
 		f := (&seriesView{sr: sr}).Iterator(reused)
 		reused = f
 		g := (&seriesView{sr: &series{floats: fl}}).Iterator(nil)
-		for op := 0; op < 40; op++ {
-			var a, b chunkenc.ValueType
-			if rng.Intn(2) == 0 {
-				a, b = f.Next(), g.Next()
-			} else {
-				at := int64(rng.Intn(int(ts) + 10))
-				a, b = f.Seek(at), g.Seek(at)
-			}
-			if a != b {
-				t.Fatalf("round %d (%d pieces) op %d: %v, want %v", round, len(cut), op, a, b)
-			}
-			if a == chunkenc.ValNone {
-				continue
-			}
-			ft, fv := f.At()
-			gt, gv := g.At()
-			if ft != gt || fv != gv || f.AtT() != g.AtT() {
-				t.Fatalf("round %d op %d: (%d, %v), want (%d, %v)", round, op, ft, fv, gt, gv)
-			}
-		}
+		sameAnswers(t, rng, f, g, 40, ts, fmt.Sprintf("round %d (%d pieces)", round, len(cut)))
 	}
 }
 
