@@ -65,10 +65,15 @@ func refV1(wr *prompb.WriteRequest, scheme model.ValidationScheme) (*refRequest,
 			}
 			s.Histograms = append(s.Histograms, h)
 		}
-		ls, r := sl.labels()
+		set, r := sl.set()
 		if r != "" {
 			return nil, invalid(i, "%s", r)
 		}
+		b := labels.NewScratchBuilder(len(set))
+		for _, l := range set {
+			b.Add(l.Name, l.Value)
+		}
+		ls := b.Labels()
 		if len(s.Samples)+len(s.Histograms)+len(s.Exemplars) == 0 {
 			continue
 		}

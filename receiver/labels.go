@@ -7,10 +7,12 @@ import (
 
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
+
+	"github.com/dendro-receiver/dendro-receiver/encoders/promsample"
 )
 
 // seriesLabels validates the labels of one series as they arrive in wire
-// order and builds the normalized labels.Labels:
+// order and keeps the normalized set (set):
 //
 //   - at least one label, and a non-empty __name__ that is a valid metric
 //     name under the scheme (Legacy: the 1.0 spec's regular expression;
@@ -22,25 +24,24 @@ import (
 //     Prometheus data model an empty value is the same as no label; the spec
 //     says senders MUST NOT send one, Prometheus never does).
 //
-// Strings added may alias the decode buffer: the builder is in unsafe-add
-// mode, so Labels() returns memory that does not (see labels.ScratchBuilder.
-// SetUnsafeAdd). Reasons are formatted (copied) before the buffer is reused.
+// The set's strings alias the decode buffer, as the strings added do: the
+// series index copies what it keeps (seriesindex.Index.AddLabels).
+// Reasons are formatted (copied) before the buffer is reused.
 type seriesLabels struct {
-	b      labels.ScratchBuilder
+	ls     []wireLabel // the labels with a value, in order
 	scheme model.ValidationScheme
 	prev   string
-	n      int
+	n      int // labels added, empty values included
 	metric bool
 }
 
 func newSeriesLabels() *seriesLabels {
-	s := &seriesLabels{b: labels.NewScratchBuilder(16)}
-	s.b.SetUnsafeAdd(true)
-	return s
+	return &seriesLabels{ls: make([]wireLabel, 0, 16)}
 }
 
 func (s *seriesLabels) reset(scheme model.ValidationScheme) {
-	s.b.Reset()
+	clear(s.ls) // no strings of the last request kept alive
+	s.ls = s.ls[:0]
 	s.scheme = scheme
 	s.prev = ""
 	s.n = 0
@@ -69,20 +70,38 @@ func (s *seriesLabels) add(name, value string) string {
 	s.prev = name
 	s.n++
 	if value != "" {
-		s.b.Add(name, value)
+		s.ls = append(s.ls, wireLabel{Name: name, Value: value})
 	}
 	return ""
 }
 
-// labels returns the series' labels, or a reason.
-func (s *seriesLabels) labels() (labels.Labels, string) {
+// set returns the series' labels (sorted by name, names distinct, no empty
+// value), or a reason.
+func (s *seriesLabels) set() ([]wireLabel, string) {
 	switch {
 	case s.n == 0:
-		return labels.EmptyLabels(), "series has no labels"
+		return nil, "series has no labels"
 	case !s.metric:
-		return labels.EmptyLabels(), "missing __name__ label"
+		return nil, "missing __name__ label"
 	}
-	return s.b.Labels(), ""
+	return s.ls, ""
+}
+
+// hash returns the SeriesHash of the labels added: wire, the hash of wire
+// (every label on the wire, empty values included), when the labels added
+// are exactly wire's, else one computed with h.
+func (s *seriesLabels) hash(wire []wireLabel, wireHash uint64, wireHashed bool, h *promsample.SeriesHasher) uint64 {
+	// n counts every label added, so equal lengths with none dropped mean
+	// the same labels: wire is the leading run of label fields, and they
+	// were added first, in order.
+	if wireHashed && s.n == len(wire) && len(s.ls) == s.n {
+		return wireHash
+	}
+	h.Reset()
+	for _, l := range s.ls {
+		h.Add(l.Name, l.Value)
+	}
+	return h.Sum()
 }
 
 // checkLabel checks one name and value, order aside.

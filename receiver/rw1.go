@@ -39,6 +39,10 @@ type v1Decoder struct {
 	prev   seriesindex.Ref
 	wire   []wireLabel // scratch: a series' label fields
 	hasher promsample.SeriesHasher
+	// wireHash is the SeriesHash of wire when wireHashed (knownSeries):
+	// the hash of a new series whose labels are exactly wire.
+	wireHash   uint64
+	wireHashed bool
 
 	// Series and samples per KiB of the last message decoded (see sizes).
 	seriesPerKiB, samplesPerKiB float64
@@ -238,7 +242,7 @@ func (v *v1Decoder) series(idx int, b []byte) error {
 // whose Label does not parse still belongs to the run, but no series is
 // known by it.
 func (v *v1Decoder) known(b []byte) (n int, ref seriesindex.Ref) {
-	v.wire = v.wire[:0]
+	v.wire, v.wireHashed = v.wire[:0], false
 	ok := true
 	for rest := b; len(rest) > 0; {
 		// What every sender writes: a Label field under 128 bytes holding
@@ -275,7 +279,8 @@ func (v *v1Decoder) known(b []byte) (n int, ref seriesindex.Ref) {
 	if !ok {
 		return n, 0
 	}
-	return n, knownSeries(v.x, v.prev, v.wire, v.scheme == model.LegacyValidation, &v.hasher)
+	ref, v.wireHash, v.wireHashed = knownSeries(v.x, v.prev, v.wire, v.scheme == model.LegacyValidation, &v.hasher)
+	return n, ref
 }
 
 // follow records ref as the request's series after v.prev.
@@ -358,14 +363,15 @@ func (v *v1Decoder) seriesFields(idx int, b []byte, o seriesOffsets, ref seriesi
 	o.s1, o.h1, o.e1 = len(v.samples), len(v.hists), len(v.exs)
 	empty := o.s0 == o.s1 && o.h0 == o.h1 && o.e0 == o.e1
 	if !known {
-		ls, r := v.sl.labels()
+		ls, r := v.sl.set()
 		if r != "" {
 			return invalid(idx, "%s", r)
 		}
 		if empty {
 			return nil // nothing to store; labels were still validated
 		}
-		ref, _ = v.x.Add(ls)
+		// v.wire is still this series' leading labels (known ran first).
+		ref, _ = v.x.AddLabels(ls, v.sl.hash(v.wire, v.wireHash, v.wireHashed, &v.hasher))
 		v.x.SetValidated(ref, v.scheme == model.LegacyValidation)
 		v.follow(ref, nil)
 	}

@@ -134,18 +134,19 @@ func (v *v2Decoder) series(idx int, ts *writev2.TimeSeries, syms []string, prev 
 	}
 	// A known series' labels were validated when the index took them
 	// (under 2.0's rules or stricter ones).
-	if s.Ref = knownSeries(v.x, prev, v.wire, false, &v.hasher); s.Ref == 0 {
+	ref, hash, hashed := knownSeries(v.x, prev, v.wire, false, &v.hasher)
+	if s.Ref = ref; s.Ref == 0 {
 		v.sl.reset(model.UTF8Validation)
 		for _, l := range v.wire {
 			if r := v.sl.add(l.Name, l.Value); r != "" {
 				return s, invalid(idx, "%s", r)
 			}
 		}
-		ls, r := v.sl.labels()
+		ls, r := v.sl.set()
 		if r != "" {
 			return s, invalid(idx, "%s", r)
 		}
-		s.Ref, _ = v.x.Add(ls)
+		s.Ref, _ = v.x.AddLabels(ls, v.sl.hash(v.wire, hash, hashed, &v.hasher))
 		v.x.SetValidated(s.Ref, false)
 	}
 	clear(v.wire)

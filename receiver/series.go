@@ -27,24 +27,29 @@ type wireLabel = seriesindex.Label
 // decodes and validates them. A label set that is unsorted or has an
 // empty value never matches (the index holds sorted sets without empty
 // values), so it too takes the validating path.
-func knownSeries(x *seriesindex.Index, prev seriesindex.Ref, ls []wireLabel, legacy bool, h *promsample.SeriesHasher) seriesindex.Ref {
+//
+// When it hashed ls (hashed), hash is SeriesHash of ls as given, in wire
+// order and with any empty values: the hash of the series to add when ls
+// turns out to be its labels exactly (seriesLabels.hash).
+func knownSeries(x *seriesindex.Index, prev seriesindex.Ref, ls []wireLabel, legacy bool, h *promsample.SeriesHasher) (ref seriesindex.Ref, hash uint64, hashed bool) {
 	if len(ls) == 0 {
-		return 0
+		return 0, 0, false
 	}
 	if prev != 0 {
 		if n := x.Next(prev); n != 0 && wireEqual(x, n, ls) && x.Validated(n, legacy) {
-			return n
+			return n, 0, false
 		}
 	}
 	h.Reset()
 	for _, l := range ls {
 		h.Add(l.Name, l.Value)
 	}
-	r := x.Find(h.Sum(), func(r seriesindex.Ref) bool { return wireEqual(x, r, ls) })
+	hash = h.Sum()
+	r := x.Find(hash, func(r seriesindex.Ref) bool { return wireEqual(x, r, ls) })
 	if r == 0 || !x.Validated(r, legacy) {
-		return 0
+		return 0, hash, true
 	}
-	return r
+	return r, hash, true
 }
 
 // wireEqual reports whether r's labels are exactly ls, in order.

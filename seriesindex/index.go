@@ -166,17 +166,33 @@ func (x *Index) Get(ls labels.Labels) Ref {
 // Add returns the series with labels ls (sorted, no empty values, as
 // labels.Labels are), adding it if it is new; added says which.
 func (x *Index) Add(ls labels.Labels) (ref Ref, added bool) {
-	hash := promsample.SeriesHash(ls)
+	return x.add(promsample.SeriesHash(ls), func(r Ref) bool { return x.Equal(r, ls) },
+		func(dst []uint32) []uint32 { return x.syms.internPairs(dst, ls) })
+}
+
+// AddLabels is Add for labels given as a slice, sorted by name, names
+// distinct and no value empty (what a labels.Labels holds), with their
+// SeriesHash: a decoder that validated them as it read them off the wire
+// adds them without building a labels.Labels or hashing them again.
+func (x *Index) AddLabels(ls []Label, hash uint64) (ref Ref, added bool) {
+	return x.add(hash, func(r Ref) bool { return x.EqualLabels(r, ls) },
+		func(dst []uint32) []uint32 { return x.syms.internLabels(dst, ls) })
+}
+
+// add is Add for a label set given by its hash, a comparison with a
+// series' labels and the interning of its strings (appending its pairs'
+// ids to dst).
+func (x *Index) add(hash uint64, equal func(Ref) bool, intern func(dst []uint32) []uint32) (ref Ref, added bool) {
 	s := x.table.shard(hash)
 	s.mu.Lock()
-	if r := s.findLocked(hash, func(r Ref) bool { return x.is(r, hash) && x.Equal(r, ls) }); r != 0 {
+	if r := s.findLocked(hash, func(r Ref) bool { return x.is(r, hash) && equal(r) }); r != 0 {
 		s.mu.Unlock()
 		return r, false
 	}
 	// Scratch on the stack for the usual label set.
 	var pbuf [32]uint32
 	var ebuf [96]byte
-	pairs := x.syms.internPairs(pbuf[:0], ls)
+	pairs := intern(pbuf[:0])
 	enc := appendLabels(ebuf[:0], pairs)
 	// The postings lock is held from allocating the Ref to listing it, so
 	// fresh Refs reach the posting lists in increasing order and are

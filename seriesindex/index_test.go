@@ -66,6 +66,49 @@ func TestAddGetLabels(t *testing.T) {
 	}
 }
 
+// AddLabels and Add are one operation: a set added either way is found by
+// the other and by Get, with the same labels, hash and postings.
+func TestAddLabelsIsAdd(t *testing.T) {
+	x := New()
+	slice := func(ls labels.Labels) (out []Label) {
+		ls.Range(func(l labels.Label) { out = append(out, Label{Name: l.Name, Value: l.Value}) })
+		return out
+	}
+	for i := range 2000 {
+		ls := seriesN(i)
+		var r Ref
+		var added bool
+		if i%2 == 0 {
+			r, added = x.AddLabels(slice(ls), promsample.SeriesHash(ls))
+		} else {
+			r, added = x.Add(ls)
+		}
+		if !added || r == 0 {
+			t.Fatalf("series %d: ref %d added %v", i, r, added)
+		}
+		if got, again := x.Add(ls); got != r || again {
+			t.Fatalf("series %d: Add after %d gives %d %v", i, r, got, again)
+		}
+		if got, again := x.AddLabels(slice(ls), promsample.SeriesHash(ls)); got != r || again {
+			t.Fatalf("series %d: AddLabels after %d gives %d %v", i, r, got, again)
+		}
+		if x.Get(ls) != r || !labels.Equal(x.Labels(r), ls) || x.Hash(r) != promsample.SeriesHash(ls) {
+			t.Fatalf("series %d: Get %d, labels %v, hash %x", i, x.Get(ls), x.Labels(r), x.Hash(r))
+		}
+		x.Observe(r, x.Loc(1, "s"), 1, 1, 1) // data, for Select
+	}
+	m := labels.MustNewMatcher(labels.MatchEqual, "instance", seriesN(7).Get("instance"))
+	want := 0
+	for i := range 2000 {
+		if m.Matches(seriesN(i).Get("instance")) {
+			want++
+		}
+	}
+	if got := len(x.Select([]*labels.Matcher{m}, math.MinInt64, math.MaxInt64)); got != want || x.Len() != 2000 {
+		t.Fatalf("postings select %d of %d, index holds %d", got, want, x.Len())
+	}
+}
+
 // Many goroutines adding overlapping label sets get one Ref per set.
 func TestAddConcurrent(t *testing.T) {
 	x := New()

@@ -44,6 +44,16 @@ func (s *symbols) internPairs(dst []uint32, ls labels.Labels) []uint32 {
 	return dst
 }
 
+// internLabels is internPairs for labels given as a slice.
+func (s *symbols) internLabels(dst []uint32, ls []Label) []uint32 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, l := range ls {
+		dst = append(dst, s.internLocked(l.Name), s.internLocked(l.Value))
+	}
+	return dst
+}
+
 // internLocked returns str's id, adding it on first sight; s.mu is held.
 // The caller's string is copied, so it may alias a request buffer.
 func (s *symbols) internLocked(str string) uint32 {
