@@ -137,16 +137,16 @@ type RowEncoder struct {
 	ids  map[string]uint32
 	// syms maps an interned anchor's symbol id to its string's id in the
 	// row (InternedAnchors): a uint32 key, where ids hashes the string.
-	// The two maps do not share entries, so a string that an interned
-	// anchor and an exemplar or metadata both use is in the row's table
-	// twice; a reader resolves either id to the same string.
-	syms map[uint32]uint32
+	// The two do not share entries, so a string that an interned anchor
+	// and an exemplar or metadata both use is in the row's table twice; a
+	// reader resolves either id to the same string.
+	syms symRow
 }
 
 func (e *RowEncoder) ref(body []byte, s string) []byte {
 	id, ok := e.ids[s]
 	if !ok {
-		id = uint32(len(e.ids) + len(e.syms))
+		id = uint32(len(e.ids) + e.syms.n)
 		e.ids[s] = id
 		e.tab = binary.AppendUvarint(e.tab, uint64(len(s)))
 		e.tab = append(e.tab, s...)
@@ -157,11 +157,12 @@ func (e *RowEncoder) ref(body []byte, s string) []byte {
 // symbol appends the row's id of the caller's symbol id, adding its
 // string to the table on first sight.
 func (e *RowEncoder) symbol(body []byte, id uint32, str func(uint32) string) []byte {
-	n, ok := e.syms[id]
-	if !ok {
+	slot := e.syms.slot(id)
+	n := slot.val
+	if slot.gen != e.syms.gen {
 		s := str(id)
-		n = uint32(len(e.ids) + len(e.syms))
-		e.syms[id] = n
+		n = uint32(len(e.ids) + e.syms.n)
+		e.syms.set(slot, id, n)
 		e.tab = binary.AppendUvarint(e.tab, uint64(len(s)))
 		e.tab = append(e.tab, s...)
 	}
@@ -203,10 +204,10 @@ func (e *RowEncoder) Append(dst []byte, r *AnchoredRow) ([]byte, error) {
 		return dst, fmt.Errorf("%w: anchors given both as labels and interned", ErrInvalidBatch)
 	}
 	if e.ids == nil {
-		e.ids, e.syms = make(map[string]uint32), make(map[uint32]uint32)
+		e.ids = make(map[string]uint32)
 	}
 	clear(e.ids)
-	clear(e.syms)
+	e.syms.reset()
 	e.tab = e.tab[:0]
 	body := e.body[:0]
 	body = binary.AppendUvarint(body, uint64(na))
@@ -258,7 +259,7 @@ func (e *RowEncoder) Append(dst []byte, r *AnchoredRow) ([]byte, error) {
 		body = e.ref(body, m.Unit)
 	}
 	e.body = body
-	e.raw = binary.AppendUvarint(e.raw[:0], uint64(len(e.ids)+len(e.syms)))
+	e.raw = binary.AppendUvarint(e.raw[:0], uint64(len(e.ids)+e.syms.n))
 	e.raw = append(e.raw, e.tab...)
 	e.raw = append(e.raw, e.body...)
 	if len(e.raw) > MaxBatchBytes {
