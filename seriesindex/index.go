@@ -166,8 +166,7 @@ func (x *Index) Get(ls labels.Labels) Ref {
 // Add returns the series with labels ls (sorted, no empty values, as
 // labels.Labels are), adding it if it is new; added says which.
 func (x *Index) Add(ls labels.Labels) (ref Ref, added bool) {
-	return x.add(promsample.SeriesHash(ls), func(r Ref) bool { return x.Equal(r, ls) },
-		func(dst []uint32) []uint32 { return x.syms.internPairs(dst, ls) })
+	return x.add(promsample.SeriesHash(ls), ls, nil, false)
 }
 
 // AddLabels is Add for labels given as a slice, sorted by name, names
@@ -175,24 +174,38 @@ func (x *Index) Add(ls labels.Labels) (ref Ref, added bool) {
 // SeriesHash: a decoder that validated them as it read them off the wire
 // adds them without building a labels.Labels or hashing them again.
 func (x *Index) AddLabels(ls []Label, hash uint64) (ref Ref, added bool) {
-	return x.add(hash, func(r Ref) bool { return x.EqualLabels(r, ls) },
-		func(dst []uint32) []uint32 { return x.syms.internLabels(dst, ls) })
+	return x.add(hash, labels.EmptyLabels(), ls, true)
 }
 
-// add is Add for a label set given by its hash, a comparison with a
-// series' labels and the interning of its strings (appending its pairs'
-// ids to dst).
-func (x *Index) add(hash uint64, equal func(Ref) bool, intern func(dst []uint32) []uint32) (ref Ref, added bool) {
+// add is Add for a label set with hash hash, given as ls or, when
+// sliced, as sl. Both forms are passed rather than a comparison and an
+// interning function: the scratch below stays on the stack only while
+// the calls that fill it are direct (through a function value it escaped,
+// an allocation for every series added).
+func (x *Index) add(hash uint64, ls labels.Labels, sl []Label, sliced bool) (ref Ref, added bool) {
 	s := x.table.shard(hash)
 	s.mu.Lock()
-	if r := s.findLocked(hash, func(r Ref) bool { return x.is(r, hash) && equal(r) }); r != 0 {
+	if r := s.findLocked(hash, func(r Ref) bool {
+		if !x.is(r, hash) {
+			return false
+		}
+		if sliced {
+			return x.EqualLabels(r, sl)
+		}
+		return x.Equal(r, ls)
+	}); r != 0 {
 		s.mu.Unlock()
 		return r, false
 	}
 	// Scratch on the stack for the usual label set.
 	var pbuf [32]uint32
 	var ebuf [96]byte
-	pairs := intern(pbuf[:0])
+	var pairs []uint32
+	if sliced {
+		pairs = x.syms.internLabels(pbuf[:0], sl)
+	} else {
+		pairs = x.syms.internPairs(pbuf[:0], ls)
+	}
 	enc := appendLabels(ebuf[:0], pairs)
 	// The postings lock is held from allocating the Ref to listing it, so
 	// fresh Refs reach the posting lists in increasing order and are
