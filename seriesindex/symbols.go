@@ -21,6 +21,17 @@ type symbols struct {
 	chunks atomic.Pointer[[]*[symChunk]string]
 	n      uint32
 	bytes  int64 // of the strings, for Stats
+	// recent is, by position in a label set (name, value, name, ...), the
+	// string last interned there and its id: consecutive new series share
+	// most of their strings at the same positions (every name, the metric,
+	// job, instance), and comparing with the last one is cheaper than
+	// hashing it into ids. The strings are the table's, never a caller's.
+	recent [16]recentSymbol
+}
+
+type recentSymbol struct {
+	s  string
+	id uint32
 }
 
 const symChunk = 1 << 12
@@ -38,8 +49,10 @@ func newSymbols() *symbols {
 func (s *symbols) internPairs(dst []uint32, ls labels.Labels) []uint32 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	start := len(dst)
 	ls.Range(func(l labels.Label) {
-		dst = append(dst, s.internLocked(l.Name), s.internLocked(l.Value))
+		pos := len(dst) - start
+		dst = append(dst, s.internAt(pos, l.Name), s.internAt(pos+1, l.Value))
 	})
 	return dst
 }
@@ -48,10 +61,24 @@ func (s *symbols) internPairs(dst []uint32, ls labels.Labels) []uint32 {
 func (s *symbols) internLabels(dst []uint32, ls []Label) []uint32 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, l := range ls {
-		dst = append(dst, s.internLocked(l.Name), s.internLocked(l.Value))
+	for i, l := range ls {
+		dst = append(dst, s.internAt(2*i, l.Name), s.internAt(2*i+1, l.Value))
 	}
 	return dst
+}
+
+// internAt is internLocked for the string at position pos of a label set
+// (see recent); s.mu is held.
+func (s *symbols) internAt(pos int, str string) uint32 {
+	if pos >= len(s.recent) {
+		return s.internLocked(str)
+	}
+	if r := &s.recent[pos]; r.s == str && r.s != "" {
+		return r.id
+	}
+	id := s.internLocked(str)
+	s.recent[pos] = recentSymbol{s.table().get(id), id}
+	return id
 }
 
 // internLocked returns str's id, adding it on first sight; s.mu is held.
