@@ -204,9 +204,25 @@ type seriesIndex struct {
 }
 
 // grow doubles the table (or makes its first one).
-func (x *seriesIndex) grow() {
+func (x *seriesIndex) grow() { x.resize(max(1024, 2*len(x.slots))) }
+
+// reserve makes an empty table's first one large enough for n series
+// without growing: a table grown by doubling moves every series about
+// once more, each move a cache miss at a seal's sizes.
+func (x *seriesIndex) reserve(n int) {
+	if x.n == 0 && n > 0 {
+		size := 1024
+		for 3*size < 4*n { // at most 3/4 full
+			size *= 2
+		}
+		x.resize(max(size, len(x.slots)))
+	}
+}
+
+// resize rehashes the table into size slots (a power of two).
+func (x *seriesIndex) resize(size int) {
 	old := x.slots
-	x.slots = make([]uint64, max(1024, 2*len(old)))
+	x.slots = make([]uint64, size)
 	mask := uint32(len(x.slots) - 1)
 	for _, slot := range old {
 		if slot == 0 {

@@ -1,6 +1,7 @@
 package promsample
 
 import (
+	"bytes"
 	"cmp"
 	"math/rand/v2"
 	"reflect"
@@ -215,38 +216,46 @@ func TestSeriesTableFromTheSortsRanks(t *testing.T) {
 }
 
 // Label sets whose ids hash alike are still told apart, and each is found
-// again, however many share a hash, across the index's growths.
+// again, however many share a hash, across the index's growths, or in a
+// table reserved for them all, which then does not grow.
 func TestCollectorSeriesOfCollidingHashes(t *testing.T) {
-	c := newCollector()
-	var ids [][]uint32
-	var got []*seriesData
-	seen := map[*seriesData]bool{}
-	hash := func(i int) uint64 {
-		switch i % 3 {
-		case 0:
-			return 42 // one tag for a third of them
-		case 1:
-			return 7<<32 | uint64(i) // another tag, other low bits
+	for _, reserve := range []int{0, 100, 3000} {
+		c := newCollector()
+		c.index.reserve(reserve)
+		reserved := len(c.index.slots)
+		var ids [][]uint32
+		var got []*seriesData
+		seen := map[*seriesData]bool{}
+		hash := func(i int) uint64 {
+			switch i % 3 {
+			case 0:
+				return 42 // one tag for a third of them
+			case 1:
+				return 7<<32 | uint64(i) // another tag, other low bits
+			}
+			return xxhash.Sum64(idBytes(ids[i]))
 		}
-		return xxhash.Sum64(idBytes(ids[i]))
-	}
-	for i := range 3000 { // a few growths of the index (1024 slots first)
-		ids = append(ids, []uint32{c.syms.id("__name__"), c.syms.id("m"), c.syms.id("id"), c.syms.id(strconv.Itoa(i))})
-		sd := c.seriesOfHashed(ids[i], hash(i))
-		if seen[sd] {
-			t.Fatalf("label set %d got the series of another", i)
+		for i := range 3000 { // a few growths of the index (1024 slots first)
+			ids = append(ids, []uint32{c.syms.id("__name__"), c.syms.id("m"), c.syms.id("id"), c.syms.id(strconv.Itoa(i))})
+			sd := c.seriesOfHashed(ids[i], hash(i))
+			if seen[sd] {
+				t.Fatalf("reserve %d: label set %d got the series of another", reserve, i)
+			}
+			seen[sd] = true
+			got = append(got, sd)
 		}
-		seen[sd] = true
-		got = append(got, sd)
-	}
-	for i := range ids {
-		if sd := c.seriesOfHashed(ids[i], hash(i)); sd != got[i] {
-			t.Fatalf("label set %d: a second lookup found another series", i)
+		if reserve >= 3000 && len(c.index.slots) != reserved {
+			t.Fatalf("reserved %d slots for %d series, grew to %d", reserved, reserve, len(c.index.slots))
 		}
-	}
-	series, _ := c.finish()
-	if len(series) != len(ids) {
-		t.Fatalf("%d series, want %d", len(series), len(ids))
+		for i := range ids {
+			if sd := c.seriesOfHashed(ids[i], hash(i)); sd != got[i] {
+				t.Fatalf("reserve %d: label set %d: a second lookup found another series", reserve, i)
+			}
+		}
+		series, _ := c.finish()
+		if len(series) != len(ids) {
+			t.Fatalf("reserve %d: %d series, want %d", reserve, len(series), len(ids))
+		}
 	}
 }
 
@@ -282,4 +291,39 @@ func BenchmarkSortSeries(b *testing.B) {
 		sortSeries(out, c.syms.strs)
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/n, "ns/series")
+}
+
+// An encoder remembers each stream's series count at its last seal, to
+// size the next seal's index; a stream it has not sealed has none, and a
+// seal gives the same segment whatever the hint.
+func TestEncoderSizesEachStreamsNextSeal(t *testing.T) {
+	rows := rowsOf(t, randBatches(rand.New(rand.NewPCG(5, 6)), 40))
+	var fresh, e Encoder
+	want, err := fresh.Encode("a", rows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newPackingCollector()
+	if _, err := fresh.collectRows(newRowCollector(c), rows, false); err != nil {
+		t.Fatal(err)
+	}
+	n := c.count // the series the collector's index held
+	if n < 10 {
+		t.Fatalf("%d series collected", n)
+	}
+	for round := range 2 {
+		got, err := e.Encode("a", rows)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got.Bytes, want.Bytes) {
+			t.Fatalf("round %d: the segment differs from a fresh encoder's", round)
+		}
+		if h := e.sizeHint("a", -1); h != n {
+			t.Fatalf("round %d: hint %d for stream a, want its %d series", round, h, n)
+		}
+	}
+	if h := e.sizeHint("b", -1); h != 0 {
+		t.Fatalf("hint %d for a stream never sealed", h)
+	}
 }
