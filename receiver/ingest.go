@@ -211,9 +211,9 @@ type rowScratch struct {
 	count    []int    // per bucket: series, then start offsets
 	meta     [][]promsample.Metadata
 	row      promsample.AnchoredRow
-	locals   []uint32           // per series of a row: its local id
-	fresh    seriesindex.RefMap // a row's series not yet anchored -> local id
-	anchored []anchorRec        // anchors of the request's rows
+	locals   []uint32            // per series of a row: its local id
+	fresh    promsample.RowIDMap // a row's series not yet anchored (Ref) -> local id
+	anchored []anchorRec         // anchors of the request's rows
 	// interned is a row's anchors as the index's symbol ids: the row
 	// encoder copies their strings from the index, and no labels.Labels
 	// is built per anchor (at a million series, anchoring every series
@@ -631,8 +631,8 @@ func (in *Ingester) appendRows(sc *rowScratch, ep *epochState, rows []archive.Ro
 			continue
 		}
 		locals = append(locals, 0) // set below
-		if _, dup := sc.fresh.Get(ref); !dup {
-			sc.fresh.Set(ref, 0)
+		if _, dup := sc.fresh.Get(uint32(ref)); !dup {
+			sc.fresh.Set(uint32(ref), 0)
 			fresh = append(fresh, ref)
 		}
 	}
@@ -644,7 +644,7 @@ func (in *Ingester) appendRows(sc *rowScratch, ep *epochState, rows []archive.Ro
 		first := ep.next.Add(uint32(len(fresh))) - uint32(len(fresh))
 		r.FirstLocal, r.Interned = first, &sc.interned
 		for k, ref := range fresh {
-			sc.fresh.Set(ref, first+uint32(k))
+			sc.fresh.Set(uint32(ref), first+uint32(k))
 			p, a := in.x.Pairs(ref), &sc.interned
 			for range p.Len() {
 				n, v := p.Next()
@@ -660,7 +660,7 @@ func (in *Ingester) appendRows(sc *rowScratch, ep *epochState, rows []archive.Ro
 		s := &series[i]
 		l := locals[k]
 		if len(fresh) > 0 {
-			if f, ok := sc.fresh.Get(s.Ref); ok {
+			if f, ok := sc.fresh.Get(uint32(s.Ref)); ok {
 				l = f
 			}
 		}

@@ -140,13 +140,13 @@ type RowEncoder struct {
 	// The two do not share entries, so a string that an interned anchor
 	// and an exemplar or metadata both use is in the row's table twice; a
 	// reader resolves either id to the same string.
-	syms symRow
+	syms RowIDMap
 }
 
 func (e *RowEncoder) ref(body []byte, s string) []byte {
 	id, ok := e.ids[s]
 	if !ok {
-		id = uint32(len(e.ids) + e.syms.n)
+		id = uint32(len(e.ids) + e.syms.Len())
 		e.ids[s] = id
 		e.tab = binary.AppendUvarint(e.tab, uint64(len(s)))
 		e.tab = append(e.tab, s...)
@@ -157,12 +157,11 @@ func (e *RowEncoder) ref(body []byte, s string) []byte {
 // symbol appends the row's id of the caller's symbol id, adding its
 // string to the table on first sight.
 func (e *RowEncoder) symbol(body []byte, id uint32, str func(uint32) string) []byte {
-	slot := e.syms.slot(id)
-	n := slot.val
-	if slot.gen != e.syms.gen {
+	n, ok := e.syms.Get(id)
+	if !ok {
 		s := str(id)
-		n = uint32(len(e.ids) + e.syms.n)
-		e.syms.set(slot, id, n)
+		n = uint32(len(e.ids) + e.syms.Len())
+		e.syms.Set(id, n)
 		e.tab = binary.AppendUvarint(e.tab, uint64(len(s)))
 		e.tab = append(e.tab, s...)
 	}
@@ -207,7 +206,7 @@ func (e *RowEncoder) Append(dst []byte, r *AnchoredRow) ([]byte, error) {
 		e.ids = make(map[string]uint32)
 	}
 	clear(e.ids)
-	e.syms.reset()
+	e.syms.Reset()
 	e.tab = e.tab[:0]
 	body := e.body[:0]
 	body = binary.AppendUvarint(body, uint64(na))
@@ -259,7 +258,7 @@ func (e *RowEncoder) Append(dst []byte, r *AnchoredRow) ([]byte, error) {
 		body = e.ref(body, m.Unit)
 	}
 	e.body = body
-	e.raw = binary.AppendUvarint(e.raw[:0], uint64(len(e.ids)+e.syms.n))
+	e.raw = binary.AppendUvarint(e.raw[:0], uint64(len(e.ids)+e.syms.Len()))
 	e.raw = append(e.raw, e.tab...)
 	e.raw = append(e.raw, e.body...)
 	if len(e.raw) > MaxBatchBytes {
