@@ -561,28 +561,84 @@ func sortByKeys(out []*seriesData, ranks int) {
 			}
 		}
 	}
-	type keyed struct {
-		key uint64
-		sd  *seriesData
-	}
-	ks := make([]keyed, len(out))
+	used := width * (1 + len(vary))
+	ks := make([]keyedSeries, len(out))
 	for i, sd := range out {
 		k := uint64(sd.name)
 		for _, j := range vary {
 			k = k<<width | at(sd, j)
 		}
 		// Left-aligned, so that fewer fields compare as more would.
-		ks[i] = keyed{k << (64 - width*(1+len(vary))), sd}
+		ks[i] = keyedSeries{k << (64 - used), sd}
 	}
-	slices.SortFunc(ks, func(a, b keyed) int {
-		if a.key != b.key {
-			return cmp.Compare(a.key, b.key)
+	if len(ks) < radixSortMin {
+		slices.SortFunc(ks, func(a, b keyedSeries) int {
+			if a.key != b.key {
+				return cmp.Compare(a.key, b.key)
+			}
+			return compareRanked(a.sd, b.sd)
+		})
+	} else {
+		ks = radixSortKeys(ks, make([]keyedSeries, len(ks)), used)
+		// Equal keys leave the order to compareRanked.
+		for lo := 0; lo < len(ks); {
+			hi := lo + 1
+			for hi < len(ks) && ks[hi].key == ks[lo].key {
+				hi++
+			}
+			if hi-lo > 1 {
+				slices.SortFunc(ks[lo:hi], func(a, b keyedSeries) int { return compareRanked(a.sd, b.sd) })
+			}
+			lo = hi
 		}
-		return compareRanked(a.sd, b.sd)
-	})
+	}
 	for i, k := range ks {
 		out[i] = k.sd
 	}
+}
+
+// keyedSeries is a series and its sort key (sortByKeys).
+type keyedSeries struct {
+	key uint64
+	sd  *seriesData
+}
+
+// radixSortMin is the fewest series sortByKeys sorts by radix: below it a
+// comparison sort is as fast.
+const radixSortMin = 512
+
+// radixDigit is the bits a radix pass sorts by: 2,048 counters, 16 KiB.
+const radixDigit = 11
+
+// radixSortKeys sorts ks by key, whose bits below its top used are zero,
+// and returns the sorted slice: ks or tmp (as long as ks). A least
+// significant digit radix sort, stable, one pass a digit, skipping the
+// digits every key shares (the name's, when a seal holds one metric).
+// A comparison sort of a seal's keys (pdqsort, 17 comparisons a key at
+// 150,000 series) was 3% of the receiver's CPU at a million series.
+func radixSortKeys(ks, tmp []keyedSeries, used int) []keyedSeries {
+	low := 64 - used
+	for shift := low; shift < 64; shift += radixDigit {
+		var count [1 << radixDigit]int
+		for _, k := range ks {
+			count[(k.key>>shift)&(1<<radixDigit-1)]++
+		}
+		if count[(ks[0].key>>shift)&(1<<radixDigit-1)] == len(ks) {
+			continue // one digit for all: this pass would not move a key
+		}
+		at := 0
+		for d, c := range count {
+			count[d] = at
+			at += c
+		}
+		for _, k := range ks {
+			d := (k.key >> shift) & (1<<radixDigit - 1)
+			tmp[count[d]] = k
+			count[d]++
+		}
+		ks, tmp = tmp, ks
+	}
+	return ks
 }
 
 func compareMetadata(a, b Metadata) int {

@@ -85,6 +85,9 @@ func TestSortSeriesRandomLabelSets(t *testing.T) {
 	names := []string{"A", "a", "b", "ba", "c", "id", "instance", "job", "zone"}
 	for round := 0; round < 200; round++ {
 		n := 1 + rng.IntN(60)
+		if round%20 == 0 {
+			n = radixSortMin + rng.IntN(1000) // sorted by radix
+		}
 		seen := map[string]bool{}
 		var sets []labels.Labels
 		for len(sets) < n {
@@ -113,13 +116,18 @@ func TestSortSeriesRandomLabelSets(t *testing.T) {
 // shared run or at its edge, or hold zero bytes there (sortStrings reads
 // eight bytes at a time), and series with and without a name, or with a
 // label before it (sortByKeys skips the name's value only when it is
-// every series' second; keys that tie leave the order to the labels).
+// every series' second; keys that tie leave the order to the labels),
+// in sets sorted by comparison and in sets large enough for the radix
+// sort.
 func TestSortSeriesLongSharedPrefixes(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 5))
 	stems := []string{"", "/kubepod", "/kubepods/burstabl", "/kubepods/burstable/pod", "/kubepods/burstable/pod\x00\x00",
 		"12345678", "1234567", "123456789", "12345678\x00", "\x00\x00\x00\x00\x00\x00\x00\x00"}
 	for round := 0; round < 300; round++ {
 		n := 1 + rng.IntN(120)
+		if round%30 == 0 {
+			n = radixSortMin + rng.IntN(2000) // sorted by radix
+		}
 		unnamed := rng.IntN(4) == 0
 		before := rng.IntN(4) == 0
 		seen := map[string]bool{}
