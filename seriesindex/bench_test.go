@@ -160,3 +160,37 @@ func BenchmarkAddParallel(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/add")
 }
+
+// BenchmarkAddLabelsParallel is BenchmarkAddParallel through AddLabels,
+// as the remote-write decoders add series: the labels as slices, with
+// their hash.
+func BenchmarkAddLabelsParallel(b *testing.B) {
+	const n, adders = 1_000_000, 4
+	sets := make([][]Label, n)
+	hashes := make([]uint64, n)
+	for i := range sets {
+		ls := seriesN(i)
+		ls.Range(func(l labels.Label) { sets[i] = append(sets[i], Label{Name: l.Name, Value: l.Value}) })
+		hashes[i] = promsample.SeriesHash(ls)
+	}
+	b.ResetTimer()
+	for range b.N {
+		x := New()
+		var wg sync.WaitGroup
+		for g := range adders {
+			wg.Go(func() {
+				for i := g; i < n; i += adders {
+					if _, added := x.AddLabels(sets[i], hashes[i]); !added {
+						b.Error("not added")
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		if x.Len() != n {
+			b.Fatalf("%d series, want %d", x.Len(), n)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/add")
+}
