@@ -43,6 +43,9 @@ type v1Decoder struct {
 	// the hash of a new series whose labels are exactly wire.
 	wireHash   uint64
 	wireHashed bool
+	// wireOK: every label field of the leading run parsed, so wire is
+	// the series' labels up to the first other field.
+	wireOK bool
 
 	// Series and samples per KiB of the last message decoded (see sizes).
 	seriesPerKiB, samplesPerKiB float64
@@ -231,8 +234,19 @@ func (v *v1Decoder) series(idx int, b []byte) error {
 		}
 		v.samples, v.hists, v.exs = v.samples[:o.s0], v.hists[:o.h0], v.exs[:o.e0]
 	}
-	err := v.seriesFields(idx, b, o, 0)
-	return err
+	v.sl.reset(v.scheme)
+	if !v.wireOK {
+		return v.seriesFields(idx, b, o, 0)
+	}
+	// The leading labels are parsed already (wire): they are validated
+	// from it, and only the fields after them are read (a new series'
+	// labels were parsed twice, the second time through the general path).
+	for _, l := range v.wire {
+		if r := v.sl.add(l.Name, l.Value); r != "" {
+			return invalid(idx, "%s", r)
+		}
+	}
+	return v.seriesFields(idx, b[n:], o, 0)
 }
 
 // known reads the leading run of well-formed label fields of a
@@ -242,7 +256,7 @@ func (v *v1Decoder) series(idx int, b []byte) error {
 // whose Label does not parse still belongs to the run, but no series is
 // known by it.
 func (v *v1Decoder) known(b []byte) (n int, ref seriesindex.Ref) {
-	v.wire, v.wireHashed = v.wire[:0], false
+	v.wire, v.wireHashed, v.wireOK = v.wire[:0], false, false
 	ok := true
 	for rest := b; len(rest) > 0; {
 		// What every sender writes: a Label field under 128 bytes holding
@@ -279,6 +293,7 @@ func (v *v1Decoder) known(b []byte) (n int, ref seriesindex.Ref) {
 	if !ok {
 		return n, 0
 	}
+	v.wireOK = true
 	ref, v.wireHash, v.wireHashed = knownSeries(v.x, v.prev, v.wire, v.scheme == model.LegacyValidation, &v.hasher)
 	return n, ref
 }
@@ -295,12 +310,12 @@ func (v *v1Decoder) follow(ref seriesindex.Ref, err error) {
 }
 
 // seriesFields decodes the fields of a TimeSeries. With ref, b follows the
-// label prefix and ref names its (known, valid) labels; otherwise b is the
-// whole TimeSeries, its labels are validated and the series is found in,
-// or added to, the index.
+// label prefix and ref names its (known, valid) labels; otherwise v.sl
+// holds the labels validated before b (none, when b is the whole
+// TimeSeries; the label prefix, when b follows it), the labels in b are
+// validated too, and the series is found in, or added to, the index.
 func (v *v1Decoder) seriesFields(idx int, b []byte, o seriesOffsets, ref seriesindex.Ref) error {
 	known := ref != 0
-	v.sl.reset(v.scheme)
 	for len(b) > 0 {
 		num, typ, rest, err := field(b)
 		if err != nil {
