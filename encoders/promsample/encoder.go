@@ -52,9 +52,9 @@ type Options struct {
 
 // Encoder turns a stream's wal rows (each an EncodeBatch row) into one
 // Parquet segment, and merges segments for compaction. It keeps nothing
-// between calls but spare buffers and each stream's series count, and is
-// safe for concurrent use. The zero
-// value is ready; an Encoder must not be copied after first use.
+// between calls but spare buffers and a series count per stream name, and
+// is safe for concurrent use. The zero value is ready; an Encoder must not
+// be copied after first use.
 type Encoder struct {
 	Opts Options
 
@@ -71,10 +71,11 @@ type Encoder struct {
 
 	spare spareWriters
 
-	// sizes is each stream's series count at its last seal, which sizes
-	// the next seal's series index (seriesIndex.reserve): at a million
-	// series growing it by doubling was 1% of the receiver's CPU. A hint
-	// only; a stream's count changes slowly.
+	// sizes is, by stream name, the series count of the last seal of a
+	// stream of that name, which sizes the next one's series index
+	// (seriesIndex.reserve): at a million series growing it by doubling
+	// was 1% of the receiver's CPU. A hint only: a stream's count changes
+	// slowly, and sources that share stream names share their hints.
 	sizesMu sync.Mutex
 	sizes   map[string]int
 
