@@ -134,53 +134,49 @@ func BenchmarkFindCached(b *testing.B) {
 // BenchmarkAddParallel adds new series from four goroutines at once, as
 // four remote-write handlers do while a million series arrive.
 func BenchmarkAddParallel(b *testing.B) {
-	const n, adders = 1_000_000, 4
-	sets := make([]labels.Labels, n)
+	sets := make([]labels.Labels, parallelAdds)
 	for i := range sets {
 		sets[i] = seriesN(i)
 	}
-	b.ResetTimer()
-	for range b.N {
-		x := New()
-		var wg sync.WaitGroup
-		for g := range adders {
-			wg.Go(func() {
-				for i := g; i < n; i += adders {
-					if _, added := x.Add(sets[i]); !added {
-						b.Error("not added")
-						return
-					}
-				}
-			})
-		}
-		wg.Wait()
-		if x.Len() != n {
-			b.Fatalf("%d series, want %d", x.Len(), n)
-		}
-	}
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/add")
+	benchParallelAdds(b, func(x *Index, i int) bool {
+		_, added := x.Add(sets[i])
+		return added
+	})
 }
 
 // BenchmarkAddLabelsParallel is BenchmarkAddParallel through AddLabels,
 // as the remote-write decoders add series: the labels as slices, with
 // their hash.
 func BenchmarkAddLabelsParallel(b *testing.B) {
-	const n, adders = 1_000_000, 4
-	sets := make([][]Label, n)
-	hashes := make([]uint64, n)
+	sets := make([][]Label, parallelAdds)
+	hashes := make([]uint64, parallelAdds)
 	for i := range sets {
 		ls := seriesN(i)
 		ls.Range(func(l labels.Label) { sets[i] = append(sets[i], Label{Name: l.Name, Value: l.Value}) })
 		hashes[i] = promsample.SeriesHash(ls)
 	}
+	benchParallelAdds(b, func(x *Index, i int) bool {
+		_, added := x.AddLabels(sets[i], hashes[i])
+		return added
+	})
+}
+
+// parallelAdds is the series the parallel add benchmarks add.
+const parallelAdds = 1_000_000
+
+// benchParallelAdds adds series 0 to parallelAdds-1 to a new index from
+// four goroutines (series sharded i % 4), add saying whether series i was
+// added, and reports the wall time per series.
+func benchParallelAdds(b *testing.B, add func(x *Index, i int) bool) {
+	const adders = 4
 	b.ResetTimer()
 	for range b.N {
 		x := New()
 		var wg sync.WaitGroup
 		for g := range adders {
 			wg.Go(func() {
-				for i := g; i < n; i += adders {
-					if _, added := x.AddLabels(sets[i], hashes[i]); !added {
+				for i := g; i < parallelAdds; i += adders {
+					if !add(x, i) {
 						b.Error("not added")
 						return
 					}
@@ -188,9 +184,9 @@ func BenchmarkAddLabelsParallel(b *testing.B) {
 			})
 		}
 		wg.Wait()
-		if x.Len() != n {
-			b.Fatalf("%d series, want %d", x.Len(), n)
+		if x.Len() != parallelAdds {
+			b.Fatalf("%d series, want %d", x.Len(), parallelAdds)
 		}
 	}
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/add")
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*parallelAdds), "ns/add")
 }
