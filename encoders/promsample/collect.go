@@ -30,14 +30,23 @@ type collector struct {
 	// slabs hold the series in order of arrival, seriesSlab a slab: one
 	// allocation for many. Series i is slabs[i/seriesSlab][i%seriesSlab];
 	// there are count.
-	slabs  [][]seriesData
-	count  int
-	index  seriesIndex // finds a series by its label ids
-	pairs  []uint32    // where the next series' pairs are cut from
-	meta   map[Metadata]struct{}
-	syms   symtab
-	nameID uint32   // the id of labels.MetricName in syms
-	ids    []uint32 // scratch: one label set's ids
+	slabs [][]seriesData
+	count int
+	index seriesIndex // finds a series by its label ids
+	// indexed is how many of the series (in order of arrival) index holds.
+	// addFresh adds a series without indexing it; the next lookup indexes
+	// those first (catchUp). fresh counts them: series added unlooked-up
+	// may repeat a label set, and finish merges such twins.
+	indexed, fresh int
+	// reserveFor is the series count to size index for when it is first
+	// built (Encoder.sizeHint): a seal whose series are all fresh never
+	// builds it.
+	reserveFor int
+	pairs      []uint32 // where the next series' pairs are cut from
+	meta       map[Metadata]struct{}
+	syms       symtab
+	nameID     uint32   // the id of labels.MetricName in syms
+	ids        []uint32 // scratch: one label set's ids
 	// recent holds the strings of the label set seriesOf interned last,
 	// by position, with their ids: neighbouring series mostly share the
 	// label names and many values, and an equal string skips the map.
@@ -162,9 +171,23 @@ func (c *collector) seriesOfIDs(ids []uint32) *seriesData {
 	return c.seriesOfHashed(ids, xxhash.Sum64(idBytes(ids)))
 }
 
+// addFresh adds a series of ids (as seriesOfIDs takes them) without
+// looking for it: for a label set its caller has reason to think new (an
+// anchor of the first epoch a seal reads, which a writer anchors once but
+// for a race, rowv2.go's rule 2). If it was not new, finish merges the
+// two. At a million series, a seal's lookups were a cache miss a series
+// in a table of a few MiB, paid for series that were nearly all new.
+func (c *collector) addFresh(ids []uint32) *seriesData {
+	c.fresh++
+	return c.newSeries(ids)
+}
+
 // seriesOfHashed is seriesOfIDs with the ids' hash h given (tests give
 // colliding ones).
 func (c *collector) seriesOfHashed(ids []uint32, h uint64) *seriesData {
+	if c.indexed < c.count || c.index.slots == nil {
+		c.catchUp()
+	}
 	x := &c.index
 	if 4*(x.n+1) > 3*len(x.slots) {
 		x.grow()
@@ -179,6 +202,7 @@ func (c *collector) seriesOfHashed(ids []uint32, h uint64) *seriesData {
 			sd := c.newSeries(ids) // series number count-1
 			x.slots[i] = uint64(tag)<<32 | uint64(c.count)
 			x.n++
+			c.indexed = c.count
 			return sd
 		}
 		if uint32(slot>>32) == tag {
@@ -188,6 +212,39 @@ func (c *collector) seriesOfHashed(ids []uint32, h uint64) *seriesData {
 			}
 		}
 	}
+}
+
+// catchUp makes the index (at its first use, sized by reserveFor) and
+// indexes the series added fresh since the last lookup. Of twins
+// among them the first is indexed (lookups find it); the others stay for
+// finish to merge.
+func (c *collector) catchUp() {
+	x := &c.index
+	x.reserve(max(c.reserveFor, c.count))
+	mask := uint32(len(x.slots) - 1)
+	for n := c.indexed; n < c.count; n++ {
+		if 4*(x.n+1) > 3*len(x.slots) {
+			x.grow()
+			mask = uint32(len(x.slots) - 1)
+		}
+		sd := &c.slabs[n/seriesSlab][n%seriesSlab]
+		tag := uint32(xxhash.Sum64(idBytes(sd.pairs)) >> 32)
+		for i := tag & mask; ; i = (i + 1) & mask {
+			slot := x.slots[i]
+			if slot == 0 {
+				x.slots[i] = uint64(tag)<<32 | uint64(n+1)
+				x.n++
+				break
+			}
+			if uint32(slot>>32) == tag {
+				m := int(uint32(slot)) - 1
+				if slices.Equal(c.slabs[m/seriesSlab][m%seriesSlab].pairs, sd.pairs) {
+					break
+				}
+			}
+		}
+	}
+	c.indexed = c.count
 }
 
 // seriesIndex finds a collector's series by the hash of their label ids,
@@ -215,7 +272,9 @@ func (x *seriesIndex) reserve(n int) {
 		for 3*size < 4*n { // at most 3/4 full
 			size *= 2
 		}
-		x.resize(max(size, len(x.slots)))
+		if size > len(x.slots) {
+			x.resize(size)
+		}
 	}
 }
 
@@ -386,6 +445,9 @@ func (c *collector) finish() ([]*seriesData, []Metadata) {
 		sd.exemplars = canonicalExemplars(sd.exemplars)
 	}
 	c.symbols = sortSeries(out, c.syms.strs)
+	if c.fresh > 0 {
+		out = c.mergeTwins(out)
+	}
 	// The string table goes too: symbols holds the strings the series use
 	// (not those of exemplars or metadata only).
 	c.syms, c.recent, c.recentID, c.hot = symtab{}, nil, nil, nil
@@ -395,6 +457,30 @@ func (c *collector) finish() ([]*seriesData, []Metadata) {
 	}
 	slices.SortFunc(meta, compareMetadata)
 	return out, meta
+}
+
+// mergeTwins merges the series of out (sorted) that share their labels,
+// which only series added fresh can (twins sort side by side), and
+// returns out without the merged ones. A merged series' samples are made
+// canonical again.
+func (c *collector) mergeTwins(out []*seriesData) []*seriesData {
+	var scratchA, scratchB []byte
+	keep := out[:0]
+	for i, sd := range out {
+		if i == 0 || compareRanked(keep[len(keep)-1], sd) != 0 {
+			keep = append(keep, sd)
+			continue
+		}
+		into := keep[len(keep)-1]
+		into.unpack(&c.arena)
+		sd.unpack(&c.arena)
+		into.samples = canonicalSamples(append(into.samples, sd.samples...))
+		into.hists, scratchA, scratchB = canonicalHistograms(append(into.hists, sd.hists...), scratchA, scratchB)
+		into.exemplars = canonicalExemplars(append(into.exemplars, sd.exemplars...))
+		*sd = seriesData{}
+	}
+	clear(out[len(keep):])
+	return keep
 }
 
 // sortSeries orders series by (metric name, labels): name first, then

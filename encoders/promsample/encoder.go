@@ -191,7 +191,7 @@ func (e *Encoder) encode(stream string, rows []archive.Row, consume bool) (*arch
 		return nil, nil
 	}
 	c := newPackingCollector()
-	c.index.reserve(e.sizeHint(stream, -1))
+	c.reserveFor = e.sizeHint(stream, -1)
 	rowBytes, err := e.collectRows(newRowCollector(c), rows, consume)
 	if err != nil {
 		return nil, fmt.Errorf("stream %q %w", stream, err)

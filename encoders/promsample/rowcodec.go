@@ -312,8 +312,17 @@ type rowCollector struct {
 	// dropped and counted in unresolved.
 	epochs     map[uint64][]*seriesData
 	unresolved int64
-	anchor     []labelIDs // anchorIDs' scratch
-	ids        []uint32   // anchorIDs' result, valid until its next call
+	// freshEpoch is the epoch whose anchors are added to the collector
+	// without a lookup (collector.addFresh): the first one read, while no
+	// row of another epoch or format came (started: one came). A seal
+	// mostly reads one epoch (the writer starts one at every seal), whose
+	// anchors are each a new series; anchors of a later epoch are mostly
+	// series seen before, and are looked up.
+	freshEpoch     uint64
+	started, fresh bool
+
+	anchor []labelIDs // anchorIDs' scratch
+	ids    []uint32   // anchorIDs' result, valid until its next call
 }
 
 func newRowCollector(c *collector) *rowCollector {
@@ -331,8 +340,16 @@ func (rc *rowCollector) add(row []byte) error {
 		if h.Close {
 			return nil
 		}
+		if !rc.started {
+			// Fresh only into an empty collector: a caller's earlier
+			// series would have to be looked up.
+			rc.started, rc.fresh, rc.freshEpoch = true, rc.c.count == 0, h.Epoch
+		} else if h.Epoch != rc.freshEpoch {
+			rc.fresh = false
+		}
 		return rc.addAnchored(row, h)
 	}
+	rc.started, rc.fresh = true, false
 	raw, err := decompressRow(&rc.raw, row)
 	if err != nil {
 		return err

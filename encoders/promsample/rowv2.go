@@ -652,7 +652,11 @@ func (rc *rowCollector) addAnchored(row []byte, h RowHeader) error {
 		if r.err != nil {
 			break
 		}
-		table[int(h.FirstLocal)+i] = rc.c.seriesOfIDs(ids)
+		if rc.fresh {
+			table[int(h.FirstLocal)+i] = rc.c.addFresh(ids)
+		} else {
+			table[int(h.FirstLocal)+i] = rc.c.seriesOfIDs(ids)
+		}
 	}
 	rc.epochs[h.Epoch] = table
 	nser := r.count(4)

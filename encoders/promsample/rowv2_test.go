@@ -23,6 +23,13 @@ type anchorer struct {
 	rows       int
 	closeEvery int
 	ts         int64
+	nextLocal  uint32 // the epoch's next local id
+	// reanchorEvery > 0 anchors every reanchorEvery-th reference to a
+	// series already anchored again, under a new local id, as a writer
+	// does when a request races the commit of the row anchoring it
+	// (rowv2.go's rule 2): the epoch then holds twins.
+	reanchorEvery int
+	refs          int
 	// syms, when not nil, interns the anchors' strings and the rows carry
 	// them as InternedAnchors, as the receiver writes them.
 	syms *testSymbols
@@ -56,12 +63,17 @@ func (a *anchorer) next() int64 { a.ts++; return a.ts }
 // row encodes b as one data row of the current epoch.
 func (a *anchorer) row(t testing.TB, b Batch) archive.Row {
 	t.Helper()
-	r := AnchoredRow{Epoch: a.epoch, FirstLocal: uint32(len(a.locals)), Metadata: b.Metadata}
+	r := AnchoredRow{Epoch: a.epoch, FirstLocal: a.nextLocal, Metadata: b.Metadata}
 	for _, s := range b.Series {
 		k := s.Labels.String()
 		id, ok := a.locals[k]
+		if ok && a.reanchorEvery > 0 {
+			a.refs++
+			ok = a.refs%a.reanchorEvery != 0
+		}
 		if !ok {
-			id = uint32(len(a.locals))
+			id = a.nextLocal
+			a.nextLocal++
 			a.locals[k] = id
 			if a.syms == nil {
 				r.Anchors = append(r.Anchors, s.Labels)
@@ -89,7 +101,7 @@ func (a *anchorer) close() archive.Row {
 	row := archive.Row{Stream: "s", TS: a.next(), Data: AppendEpochClose(nil, a.epoch)}
 	a.epoch = a.epoch*6364136223846793005 + 1442695040888963407
 	clear(a.locals)
-	a.rows = 0
+	a.rows, a.nextLocal = 0, 0
 	return row
 }
 
@@ -250,6 +262,72 @@ func TestEncodeAnchoredMatchesSelfContained(t *testing.T) {
 	}
 	if n := enc.Unresolved(); n != 0 {
 		t.Fatalf("Unresolved = %d", n)
+	}
+}
+
+// TestTwinAnchorsSealAsOneSeries: an epoch may anchor a series twice
+// (rule 2's race), and a seal's first epoch is collected without looking
+// its anchors up (collector.addFresh), so the twins meet only once sorted
+// and must come out as one series, their samples merged in canonical
+// order. Later epochs' anchors are looked up, against the first's series
+// too. The segment and a read of the rows must match what the batches
+// hold, whatever the twins and epochs.
+func TestTwinAnchorsSealAsOneSeries(t *testing.T) {
+	cases := []struct {
+		name          string
+		closeEvery    int
+		reanchorEvery int
+		interned      bool
+	}{
+		{"one epoch, no twins", 0, 0, false},
+		{"one epoch, every reference a twin", 0, 1, false},
+		{"one epoch, every third", 0, 3, true},
+		{"epochs of 5 rows, every other", 5, 2, false},
+		{"epochs of 9 rows, every third", 9, 3, true},
+	}
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := rand.New(rand.NewPCG(31, uint64(i)))
+			batches := randBatches(r, 120)
+			a := newAnchorer(tc.closeEvery)
+			a.reanchorEvery = tc.reanchorEvery
+			if tc.interned {
+				a.syms = &testSymbols{ids: map[string]uint32{}}
+			}
+			rows := a.rowsOf(t, batches)
+			rows = append(rows, a.close())
+			var enc Encoder
+			seg, err := enc.Encode("s", rows)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := expected(batches, AllTime())
+			got, err := ReadSegment(seg.Bytes, AllTime())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := diffSeries(got, want); d != "" {
+				t.Fatal(d)
+			}
+			// The segment is the one the batches make without twins, byte
+			// for byte: one series per label set, whatever its anchors.
+			plain := newAnchorer(tc.closeEvery)
+			plainRows := append(plain.rowsOf(t, batches), plain.close())
+			want1, err := new(Encoder).Encode("s", plainRows)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(seg.Bytes, want1.Bytes) || !bytes.Equal(seg.Index, want1.Index) {
+				t.Fatalf("segment (%d bytes, index %d) differs from the twin-free one's (%d, %d)", len(seg.Bytes), len(seg.Index), len(want1.Bytes), len(want1.Index))
+			}
+			live, err := ReadRows(rows, AllTime())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := diffSeries(live, want); d != "" {
+				t.Fatalf("ReadRows: %s", d)
+			}
+		})
 	}
 }
 
