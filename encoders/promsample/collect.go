@@ -444,8 +444,9 @@ func (c *collector) finish() ([]*seriesData, []Metadata) {
 		sd.hists, scratchA, scratchB = canonicalHistograms(sd.hists, scratchA, scratchB)
 		sd.exemplars = canonicalExemplars(sd.exemplars)
 	}
-	c.symbols = sortSeries(out, c.syms.strs)
-	if c.fresh > 0 {
+	var twins bool
+	c.symbols, twins = sortSeries(out, c.syms.strs)
+	if twins {
 		out = c.mergeTwins(out)
 	}
 	// The string table goes too: symbols holds the strings the series use
@@ -462,7 +463,8 @@ func (c *collector) finish() ([]*seriesData, []Metadata) {
 // mergeTwins merges the series of out (sorted) that share their labels,
 // which only series added fresh can (twins sort side by side), and
 // returns out without the merged ones. A merged series' samples are made
-// canonical again.
+// canonical again. It compares every neighbour's labels, a cache miss a
+// series: finish calls it only when sortSeries met twins.
 func (c *collector) mergeTwins(out []*seriesData) []*seriesData {
 	var scratchA, scratchB []byte
 	keep := out[:0]
@@ -493,7 +495,9 @@ func (c *collector) mergeTwins(out []*seriesData) []*seriesData {
 // million series a seal sorts ~170 k series a stream, and comparing their
 // labels as strings (three labels deep before two bench-shaped series
 // differ) was 13% of the receiver's CPU (profile of the 1 M benchmark).
-func sortSeries(out []*seriesData, strs []string) []string {
+// twins reports whether two series have the same labels (see
+// collector.addFresh).
+func sortSeries(out []*seriesData, strs []string) (symbols []string, twins bool) {
 	// rank[id] is 1 + the id's rank once the used ids are sorted, 0 for a
 	// string no series uses.
 	rank := make([]uint32, len(strs))
@@ -527,8 +531,7 @@ func sortSeries(out []*seriesData, strs []string) []string {
 			sd.name = rank[sd.name-1]
 		}
 	}
-	sortByKeys(out, len(sorted))
-	return sorted
+	return sorted, sortByKeys(out, len(sorted))
 }
 
 // sortStrings sorts ids by their strings, as strings.Compare does, eight
@@ -607,11 +610,18 @@ func compareRanked(a, b *seriesData) int {
 // skipped. A key is the name, then the first positions that vary, as many
 // as fit in 64 bits: keys that differ order their series as
 // compareRanked does, and equal keys leave it to compareRanked.
-func sortByKeys(out []*seriesData, ranks int) {
+//
+// twins reports whether two series compare equal. Twins have equal keys
+// and end side by side, so only neighbours of equal keys are compared,
+// which a seal without twins (nearly all) has few or none of.
+func sortByKeys(out []*seriesData, ranks int) (twins bool) {
 	width := bits.Len(uint(ranks + 1))
 	if len(out) < 2 || width > 32 {
 		slices.SortFunc(out, compareRanked)
-		return
+		for i := 1; i < len(out) && !twins; i++ {
+			twins = compareRanked(out[i-1], out[i]) == 0
+		}
+		return twins
 	}
 	fields := 64 / width
 	longest := 0
@@ -680,7 +690,9 @@ func sortByKeys(out []*seriesData, ranks int) {
 	}
 	for i, k := range ks {
 		out[i] = k.sd
+		twins = twins || i > 0 && k.key == ks[i-1].key && compareRanked(ks[i-1].sd, k.sd) == 0
 	}
+	return twins
 }
 
 // keyedSeries is a series and its sort key (sortByKeys).

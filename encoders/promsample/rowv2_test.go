@@ -275,20 +275,23 @@ func TestEncodeAnchoredMatchesSelfContained(t *testing.T) {
 func TestTwinAnchorsSealAsOneSeries(t *testing.T) {
 	cases := []struct {
 		name          string
+		batches       int // 120 make ~200 series, 1,200 past radixSortMin
 		closeEvery    int
 		reanchorEvery int
 		interned      bool
 	}{
-		{"one epoch, no twins", 0, 0, false},
-		{"one epoch, every reference a twin", 0, 1, false},
-		{"one epoch, every third", 0, 3, true},
-		{"epochs of 5 rows, every other", 5, 2, false},
-		{"epochs of 9 rows, every third", 9, 3, true},
+		{"one epoch, no twins", 120, 0, 0, false},
+		{"one epoch, every reference a twin", 120, 0, 1, false},
+		{"one epoch, every third", 120, 0, 3, true},
+		{"one epoch, every seventh, radix sort", 1200, 0, 7, false},
+		{"epochs of 5 rows, every other", 120, 5, 2, false},
+		{"epochs of 9 rows, every third", 120, 9, 3, true},
+		{"epochs of 300 rows, every fifth, radix sort", 1200, 300, 5, true},
 	}
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			r := rand.New(rand.NewPCG(31, uint64(i)))
-			batches := randBatches(r, 120)
+			batches := randBatches(r, tc.batches)
 			a := newAnchorer(tc.closeEvery)
 			a.reanchorEvery = tc.reanchorEvery
 			if tc.interned {
@@ -316,6 +319,9 @@ func TestTwinAnchorsSealAsOneSeries(t *testing.T) {
 			want1, err := new(Encoder).Encode("s", plainRows)
 			if err != nil {
 				t.Fatal(err)
+			}
+			if x, err := ParseIndex(want1.Index); err != nil || tc.batches > 1000 && x.Series < radixSortMin {
+				t.Fatalf("the twin-free segment has %d series (%v): the case does not reach the radix sort", x.Series, err)
 			}
 			if !bytes.Equal(seg.Bytes, want1.Bytes) || !bytes.Equal(seg.Index, want1.Index) {
 				t.Fatalf("segment (%d bytes, index %d) differs from the twin-free one's (%d, %d)", len(seg.Bytes), len(seg.Index), len(want1.Bytes), len(want1.Index))
