@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -97,8 +98,12 @@ func (st *sourceState) bucketOf(stream string) int {
 
 // closeEpochs closes the epochs of the given buckets of st that hold rows
 // (all of them with force), appending their close markers in one append,
-// and starts new ones. It returns once the markers committed.
-func (in *Ingester) closeEpochs(ctx context.Context, st *sourceState, buckets []int, force bool) error {
+// and starts new ones. It returns once the markers committed, with them:
+// a marker is a row like any other to the seal that takes it, and the
+// caller counts them where they belong (Ingester.account, or the seal
+// about to take them). keep, when not nil, spares the buckets it returns
+// true for (called under st.mu's write lock).
+func (in *Ingester) closeEpochs(ctx context.Context, st *sourceState, buckets []int, force bool, keep func(b int, ep *epochState) bool) ([]archive.Row, error) {
 	st.mu.Lock()
 	var rows []archive.Row
 	for _, b := range buckets {
@@ -106,26 +111,44 @@ func (in *Ingester) closeEpochs(ctx context.Context, st *sourceState, buckets []
 		if !force && ep.rows.Load() == 0 && ep.next.Load() == 0 {
 			continue
 		}
+		if keep != nil && keep(b, ep) {
+			continue
+		}
 		rows = append(rows, archive.Row{Stream: st.names[b], Data: promsample.AppendEpochClose(nil, ep.id)})
 		st.epochs[b] = in.newEpoch()
 	}
 	if len(rows) == 0 {
 		st.mu.Unlock()
-		return nil
+		return nil, nil
 	}
 	q, err := in.opts.Writer.AppendQueued(ctx, []archive.SourceRows{{Source: st.id, Rows: rows}}, true)
 	st.mu.Unlock()
 	if err != nil {
 		// The epochs still ended: their next rows (of the new epochs)
 		// close them as well as a marker would.
-		return fmt.Errorf("closing epochs of source %d: %w", st.id, err)
+		return nil, fmt.Errorf("closing epochs of source %d: %w", st.id, err)
 	}
 	if _, err := q.Wait(ctx); err != nil {
-		return fmt.Errorf("closing epochs of source %d: %w", st.id, err)
+		return nil, fmt.Errorf("closing epochs of source %d: %w", st.id, err)
 	}
-	// A marker is a row like any other to the seal that takes it.
-	in.account(st.id, rows)
-	return nil
+	return rows, nil
+}
+
+// closeOutgrown closes the epochs of st that outgrew a seal (by bucket),
+// those that are still current: requests committing beside the one that
+// found an epoch outgrown find it too, and the first to close it started
+// the next, which has outgrown nothing (closed, the anchors of the
+// requests already in it would be sent again at once).
+func (in *Ingester) closeOutgrown(ctx context.Context, st *sourceState, outgrown map[int]*epochState) error {
+	buckets := make([]int, 0, len(outgrown))
+	for b := range outgrown {
+		buckets = append(buckets, b)
+	}
+	slices.Sort(buckets)
+	notOutgrown := func(b int, ep *epochState) bool { return ep != outgrown[b] }
+	markers, err := in.closeEpochs(ctx, st, buckets, false, notOutgrown)
+	in.account(st.id, markers)
+	return err
 }
 
 // closeAllEpochs closes the epochs of every stream of st that hold rows.
@@ -134,5 +157,7 @@ func (in *Ingester) closeAllEpochs(ctx context.Context, st *sourceState) error {
 	for b := range all {
 		all[b] = b
 	}
-	return in.closeEpochs(ctx, st, all, false)
+	markers, err := in.closeEpochs(ctx, st, all, false, nil)
+	in.account(st.id, markers)
+	return err
 }

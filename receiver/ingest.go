@@ -574,14 +574,17 @@ func (in *Ingester) Write(ctx context.Context, name string, series []Series, met
 		c.Histograms += len(series[i].Histograms)
 		c.Exemplars += len(series[i].Exemplars)
 	}
-	var grown []int
+	var outgrown map[int]*epochState // by bucket
 	for i, r := range rows {
 		ep := epochs[i]
 		ep.rows.Add(1)
 		ep.samples.Add(int64(sampleCounts[i]))
 		if ep.bytes.Add(int64(len(r.Data))) >= in.opts.Seal.MaxBytes || (ep.rows.Load() >= in.opts.Seal.MaxRows && !ep.thin()) {
 			if b := st.bucketOf(r.Stream); b >= 0 {
-				grown = append(grown, b)
+				if outgrown == nil {
+					outgrown = map[int]*epochState{}
+				}
+				outgrown[b] = ep
 			}
 		}
 	}
@@ -593,10 +596,10 @@ func (in *Ingester) Write(ctx context.Context, name string, series []Series, met
 	for i := range rows {
 		in.rowBufs.put(rows[i].Data)
 	}
-	if len(grown) > 0 {
+	if len(outgrown) > 0 {
 		// An epoch that grew to a seal's worth (seals falling behind):
 		// close it, so that a bounded seal can still take it whole.
-		if err := in.closeEpochs(ctx, st, grown, false); err != nil {
+		if err := in.closeOutgrown(ctx, st, outgrown); err != nil {
 			in.log.Warn("closing an outgrown epoch", "source", st.id, "err", err)
 		}
 	}

@@ -446,6 +446,62 @@ func TestASourceKeepsItsStreamBuckets(t *testing.T) {
 	}
 }
 
+// TestAnOutgrownEpochClosesOnce: requests that commit together can each
+// find their epoch outgrown; the first closes it, and the others must not
+// close the epoch that started then.
+func TestAnOutgrownEpochClosesOnce(t *testing.T) {
+	s := openStackWriter(t, filepath.Join(t.TempDir(), "a.db"), archive.SealPolicy{MaxRows: 100}, 0, archive.WriterOptions{})
+	send := func(ts int64) {
+		t.Helper()
+		wr := prompb.WriteRequest{Timeseries: []prompb.TimeSeries{{Labels: lbl("__name__", "m1"), Samples: []prompb.Sample{{Timestamp: ts, Value: 1}}}}}
+		if a := post(t, s.url, bytes.NewReader(encodeV1(t, &wr)), v1Headers()); a.code != http.StatusNoContent {
+			t.Fatalf("%d %s", a.code, a.body)
+		}
+	}
+	send(1)
+	st := s.ing.sourceByID(1)
+	b := st.bucketOf(promsample.StreamFor("m1", promsample.DefaultStreamBuckets))
+	first := st.epochs[b]
+	var second *epochState
+	for i := range 2 {
+		if err := s.ing.closeOutgrown(context.Background(), st, map[int]*epochState{b: first}); err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			second = st.epochs[b]
+		}
+		if st.epochs[b] == first || st.epochs[b] != second {
+			t.Fatalf("after close %d: the first epoch current %v, the second %v; want the second", i+1, st.epochs[b] == first, st.epochs[b] == second)
+		}
+		send(int64(i + 2)) // the second epoch holds rows: only its own outgrowing closes it
+	}
+}
+
+// TestARoundsMarkersCountWithTheRowsItSeals: the close marker a seal
+// round appends is taken by the seal that follows; it must not be counted
+// toward the stream's next seal (a row that is not live, which made the
+// stream due a row early).
+func TestARoundsMarkersCountWithTheRowsItSeals(t *testing.T) {
+	// Due by age only: the round closes an epoch that has not outgrown.
+	s := openStackWriter(t, filepath.Join(t.TempDir(), "a.db"), archive.SealPolicy{MaxRows: 100, MaxAge: time.Millisecond}, 0, archive.WriterOptions{})
+	wr := prompb.WriteRequest{Timeseries: []prompb.TimeSeries{{Labels: lbl("__name__", "m1"), Samples: []prompb.Sample{{Timestamp: 1, Value: 1}}}}}
+	if a := post(t, s.url, bytes.NewReader(encodeV1(t, &wr)), v1Headers()); a.code != http.StatusNoContent {
+		t.Fatalf("%d %s", a.code, a.body)
+	}
+	time.Sleep(5 * time.Millisecond)
+	s.ing.SealDue(context.Background())
+	if n := s.w.Stats().Seals; n != 1 {
+		t.Fatalf("%d seals, want 1", n)
+	}
+	k := streamKey{1, promsample.StreamFor("m1", promsample.DefaultStreamBuckets)}
+	s.ing.mu.Lock()
+	rows := s.ing.accounts[k].Rows()
+	s.ing.mu.Unlock()
+	if rows != 0 {
+		t.Fatalf("the account counts %d rows after a seal that took every one", rows)
+	}
+}
+
 // TestBoundedSealsCarryTheirLeftRows: with a writer that bounds what a
 // seal takes, as the binary's does, the rows a seal leaves live stay
 // counted toward the stream's next seal: SealDue seals again while the

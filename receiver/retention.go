@@ -313,9 +313,11 @@ func (in *Ingester) sealOlderThan(ctx context.Context, id archive.SourceID, cuto
 	}
 	// A seal takes closed epochs only: close theirs, so that it takes
 	// every row they have now.
-	if err := in.closeEpochs(ctx, st, buckets, false); err != nil {
+	markers, err := in.closeEpochs(ctx, st, buckets, false, nil)
+	if err != nil {
 		return err
 	}
+	in.account(id, markers)
 	in.log.Info("sealing live rows older than the retention before evicting", "source", id, "streams", len(streams))
 	return in.sealToTheEnd(ctx, id, streams)
 }

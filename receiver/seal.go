@@ -123,8 +123,21 @@ func (in *Ingester) sealDueRound(ctx context.Context) bool {
 					buckets = append(buckets, b)
 				}
 			}
-			if err := in.closeEpochs(ctx, st, buckets, false); err != nil && ctx.Err() == nil {
+			markers, err := in.closeEpochs(ctx, st, buckets, false, nil)
+			if err != nil && ctx.Err() == nil {
 				in.log.Warn("closing epochs before a seal", "source", src, "err", err)
+			}
+			// The markers go with the rows taken from the account: the
+			// seal that follows takes them (or carries them with the
+			// rest it leaves).
+			for _, m := range markers {
+				for i := range streams {
+					if streams[i].stream == m.Stream {
+						streams[i].rows++
+						streams[i].bytes += int64(len(m.Data))
+						in.sealingBytes.Add(int64(len(m.Data))) // as taken was
+					}
+				}
 			}
 		}
 		// One stream per seal: a seal holds its streams' live rows in memory
