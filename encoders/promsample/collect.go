@@ -35,9 +35,9 @@ type collector struct {
 	index seriesIndex // finds a series by its label ids
 	// indexed is how many of the series (in order of arrival) index holds.
 	// addFresh adds a series without indexing it; the next lookup indexes
-	// those first (catchUp). fresh counts them: series added unlooked-up
-	// may repeat a label set, and finish merges such twins.
-	indexed, fresh int
+	// those first (catchUp). Series added unlooked-up may repeat a label
+	// set, and finish merges such twins.
+	indexed int
 	// reserveFor is the series count to size index for when it is first
 	// built (Encoder.sizeHint): a seal whose series are all fresh never
 	// builds it.
@@ -177,10 +177,7 @@ func (c *collector) seriesOfIDs(ids []uint32) *seriesData {
 // for a race, rowv2.go's rule 2). If it was not new, finish merges the
 // two. At a million series, a seal's lookups were a cache miss a series
 // in a table of a few MiB, paid for series that were nearly all new.
-func (c *collector) addFresh(ids []uint32) *seriesData {
-	c.fresh++
-	return c.newSeries(ids)
-}
+func (c *collector) addFresh(ids []uint32) *seriesData { return c.newSeries(ids) }
 
 // seriesOfHashed is seriesOfIDs with the ids' hash h given (tests give
 // colliding ones).
