@@ -315,8 +315,9 @@ type rowCollector struct {
 	// freshEpoch is the epoch whose anchors are added to the collector
 	// without a lookup (collector.addFresh): the first one read, while no
 	// row of another epoch or format came (started: one came). A seal
-	// mostly reads one epoch (the writer starts one at every seal), whose
-	// anchors are each a new series; anchors of a later epoch are mostly
+	// reads one epoch, or two when the first outgrew the policy before
+	// the seal came (about half the seals of the benchmark's loads); the
+	// first one's anchors are each a new series, a later one's mostly
 	// series seen before, and are looked up.
 	freshEpoch     uint64
 	started, fresh bool
