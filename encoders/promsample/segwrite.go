@@ -31,13 +31,7 @@ func (e *Encoder) write(c *collector, series []*seriesData, meta []Metadata, siz
 	if c.arena.err != nil {
 		return nil, nil, c.arena.err // samples were dropped: no segment
 	}
-	symbols, arena := c.symbols, &c.arena
-	isName := make([]bool, len(symbols))
-	for _, s := range series {
-		for i := 0; i < len(s.pairs); i += 2 {
-			isName[s.pairs[i]] = true
-		}
-	}
+	symbols, arena, isName := c.symbols, &c.arena, c.isName
 	// The series table (format 2) first: the series' pairs move into it,
 	// and their slabs are garbage before the segment is written.
 	var table *SeriesTable
