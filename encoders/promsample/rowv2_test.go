@@ -245,21 +245,7 @@ func TestEncodeAnchoredMatchesSelfContained(t *testing.T) {
 	if seg == nil || seg.Rows != int64(len(rows)) || seg.LastTS != rows[len(rows)-1].TS {
 		t.Fatalf("segment %+v, want all %d rows", seg, len(rows))
 	}
-	all := AllTime()
-	got, err := ReadSegment(seg.Bytes, all)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if d := diffSeries(got, expected(batches, all)); d != "" {
-		t.Fatal(d)
-	}
-	live, err := ReadRows(rows, all)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if d := diffSeries(live, expected(batches, all)); d != "" {
-		t.Fatalf("ReadRows: %s", d)
-	}
+	checkSegmentAndRows(t, seg.Bytes, rows, expected(batches, AllTime()))
 	if n := enc.Unresolved(); n != 0 {
 		t.Fatalf("Unresolved = %d", n)
 	}
@@ -304,14 +290,7 @@ func TestTwinAnchorsSealAsOneSeries(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			want := expected(batches, AllTime())
-			got, err := ReadSegment(seg.Bytes, AllTime())
-			if err != nil {
-				t.Fatal(err)
-			}
-			if d := diffSeries(got, want); d != "" {
-				t.Fatal(d)
-			}
+			checkSegmentAndRows(t, seg.Bytes, rows, expected(batches, AllTime()))
 			// The segment is the one the batches make without twins, byte
 			// for byte: one series per label set, whatever its anchors.
 			plain := newAnchorer(tc.closeEvery)
@@ -326,14 +305,27 @@ func TestTwinAnchorsSealAsOneSeries(t *testing.T) {
 			if !bytes.Equal(seg.Bytes, want1.Bytes) || !bytes.Equal(seg.Index, want1.Index) {
 				t.Fatalf("segment (%d bytes, index %d) differs from the twin-free one's (%d, %d)", len(seg.Bytes), len(seg.Index), len(want1.Bytes), len(want1.Index))
 			}
-			live, err := ReadRows(rows, AllTime())
-			if err != nil {
-				t.Fatal(err)
-			}
-			if d := diffSeries(live, want); d != "" {
-				t.Fatalf("ReadRows: %s", d)
-			}
 		})
+	}
+}
+
+// checkSegmentAndRows checks that a segment and a read of the rows it was
+// sealed from both hold want, over all time.
+func checkSegmentAndRows(t *testing.T, segment []byte, rows []archive.Row, want []Series) {
+	t.Helper()
+	got, err := ReadSegment(segment, AllTime())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := diffSeries(got, want); d != "" {
+		t.Fatal(d)
+	}
+	live, err := ReadRows(rows, AllTime())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := diffSeries(live, want); d != "" {
+		t.Fatalf("ReadRows: %s", d)
 	}
 }
 
