@@ -285,6 +285,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 			p("- **%s**\n", l)
 		}
 	}
+	writeGrowth(&b, r.Blocks, names)
 	if len(r.Notes) > 0 {
 		p("\n## How to read it\n\n")
 		for _, n := range r.Notes {
