@@ -51,19 +51,23 @@
 //
 // # The full preset, and why these sizes
 //
-// 10,000 series × 720 samples at 10 s (2 h, 7.2 M samples, three rounds);
-// 100,000 × 120 at 15 s (30 min, 12 M, one round); 1,000,000 × 12 at 15 s
-// (3 min, 12 M, one round): 37 minutes on the project's 2-core machine
-// (b4fef0d). There a 1 M-series run of one shape takes 1 to 7 minutes per
-// server (Prometheus ingests 40-50 k samples/s and replays its WAL for
-// 17-35 s at a restart; dendro-receiver's reads take seconds each), so 1 M
-// series fit only with few samples: every sample is read back, which
-// costs about as much again as the ingest. The spans stay under 3 h so
-// Prometheus never compacts its head during a run (its CPU would land
-// outside the window at random) and "after flush" means the same for
-// every scale. At 1 M series the
-// load is mostly the first samples of new series: it measures series
-// creation as much as appends. --scales changes all of it.
+// 10,000 series × 720 samples at 10 s (2 h, 7.2 M samples); 100,000 ×
+// 120 at 15 s (30 min, 12 M); 1,000,000 × 12 at 15 s (3 min, 12 M); three
+// rounds each. Three, because this kind of machine is shared and noisy:
+// one run of a server drifts by a fifth from the next, and a figure that
+// compares scales (how CPU per sample grows with series, the growth
+// tables) needs a median on both sides, not one run against three. At
+// b4fef0d one round at 100 k and 1 M had to do (37 minutes, Prometheus
+// ingesting 40-50 k samples/s and dendro-receiver's reads taking seconds);
+// at 41db255 that run took 12 minutes, of which a round at 1 M was 5.5
+// (Prometheus's 1 M run of 1 sample per series per request alone 2), so
+// three rounds everywhere fit the 40 minutes. 1 M series fit only with
+// few samples: every sample is read back, which costs about as much again
+// as the ingest. The spans stay under 3 h so Prometheus never compacts its
+// head during a run (its CPU would land outside the window at random) and
+// "after flush" means the same for every scale. At 1 M series the load is
+// mostly the first samples of new series: it measures series creation as
+// much as appends. --scales changes all of it.
 //
 // # Caveats
 //
