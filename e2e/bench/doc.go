@@ -81,13 +81,15 @@
 //     sender, the verifier) competes on the same cores, alike for all.
 //
 // The report is printed as Markdown tables (median, min–max over rounds,
-// each peer's ratio to dendro-receiver) and written as JSON to
+// each peer's ratio to dendro-receiver), then, per request shape, how each
+// server's CPU per sample grows with series (its median at each scale over
+// its own at the fewest), and written as JSON to
 // bench-results/<start time>.json (--out), every run's figures included.
 //
 // Files: dataset.go (the generator), plan.go (requests), send.go,
 // readclient.go (remote-read, export), verify.go, server.go (the three
 // servers as processes; target is the seam the tests' fakes use),
 // procstat.go and idle.go (/proc), queries.go (latency), results.go and
-// report.go (rows, table, JSON), bench.go (the run loop), options.go,
-// machine.go, main.go (flags).
+// report.go (rows, table, JSON), growth.go (the growth tables), bench.go
+// (the run loop), options.go, machine.go, main.go (flags).
 package main
