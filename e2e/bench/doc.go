@@ -61,13 +61,14 @@
 // ingesting 40-50 k samples/s and dendro-receiver's reads taking seconds);
 // at 41db255 that run took 12 minutes, of which a round at 1 M was 5.5
 // (Prometheus's 1 M run of 1 sample per series per request alone 2), so
-// three rounds everywhere fit the 40 minutes. 1 M series fit only with
-// few samples: every sample is read back, which costs about as much again
-// as the ingest. The spans stay under 3 h so Prometheus never compacts its
-// head during a run (its CPU would land outside the window at random) and
-// "after flush" means the same for every scale. At 1 M series the load is
-// mostly the first samples of new series: it measures series creation as
-// much as appends. --scales changes all of it.
+// three rounds everywhere fit the 40 minutes (cc49b65 took 25). 1 M
+// series fit only with few samples: every sample is read back, which costs
+// about as much again as the ingest. The spans stay under 3 h so
+// Prometheus never compacts its head during a run (its CPU would land
+// outside the window at random) and "after flush" means the same for
+// every scale. At 1 M series the load is mostly the first samples of new
+// series: it measures series creation as much as appends. --scales changes
+// all of it.
 //
 // # Caveats
 //
