@@ -51,28 +51,28 @@
 //
 // # The full preset, and why these sizes
 //
-// 10,000 series × 720 samples at 10 s (2 h, 7.2 M samples); 100,000 ×
-// 120 at 15 s (30 min, 12 M); 1,000,000 × 30 at 15 s (7.5 min, 30 M);
-// three rounds each. Three, because this kind of machine is shared and
-// noisy: one run of a server drifts by a fifth from the next, and a figure
-// that compares scales (how CPU per sample grows with series, the growth
+// 10,000 series × 720 samples at 10 s (2 h, 7.2 M samples); 100,000 × 120
+// at 15 s (30 min, 12 M); 1,000,000 × 30 at 15 s (7.5 min, 30 M); three
+// rounds each. Three, because this kind of machine is shared and noisy:
+// one run of a server drifts by a fifth from the next, and a figure that
+// compares scales (how CPU per sample grows with series, the growth
 // tables) needs a median on both sides, not one run against three. At
 // b4fef0d one round at 100 k and 1 M had to do (37 minutes, Prometheus
 // ingesting 40-50 k samples/s and dendro-receiver's reads taking seconds);
 // at 41db255 that run took 12 minutes, so three rounds everywhere fit
 // (cc49b65 took 25, with 1 M × 12). Every sample is read back, which costs
 // about as much again as the ingest, so 1 M series had 12 samples until
-// 1 M × 30, the load the scale issue measured, was shown to fit too
-// (10 k and 1 M × 30 alone took 28 minutes, Prometheus's 1 M runs of 1
-// sample per series per request 3.4 each). With 12, one sample in 12 was
-// a new series' first: the run measured series creation as much as
-// appends, a churn no host with a million active series sees (their
-// series live for hours), and CPU per sample at 1 M came out 1.55-1.62×
-// that at 10 k against 1.32-1.43× with 30; --scales
+// 1 M × 30, the load the scale issue measured, was shown to fit too (10 k
+// and 1 M × 30 alone took 28 minutes, Prometheus's 1 M runs of 1 sample
+// per series per request 3.4 each; the preset on d7caed8, 36). With 12,
+// one sample in 12 was a new series' first: the run measured series
+// creation as much as appends, a churn no host with a million active
+// series sees (their series live for hours), and CPU per sample at 1 M
+// came out 1.55-1.62× that at 10 k against 1.32-1.43× with 30; --scales
 // 1000000x12/15s/3 still asks for it. The spans stay under 3 h so
 // Prometheus never compacts its head during a run (its CPU would land
-// outside the window at random) and "after flush" means the same for
-// every scale. --scales changes all of it.
+// outside the window at random) and "after flush" means the same for every
+// scale. --scales changes all of it.
 //
 // # Caveats
 //
