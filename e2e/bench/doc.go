@@ -69,7 +69,7 @@
 // creation as much as appends, a churn no host with a million active
 // series sees (their series live for hours), and CPU per sample at 1 M
 // came out 1.55-1.62× that at 10 k against 1.32-1.43× with 30; --scales
-// 1000000x12/15s/3 still asks for it. The spans stay under 3 h so
+// 10000x720/10s/3,1000000x12/15s/3 still asks for it. The spans stay under 3 h so
 // Prometheus never compacts its head during a run (its CPU would land
 // outside the window at random) and "after flush" means the same for every
 // scale. --scales changes all of it.
